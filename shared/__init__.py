@@ -1,0 +1,1 @@
+"""The GPU fleet steward's core. Nothing here imports ``azure.functions``."""

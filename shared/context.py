@@ -1,0 +1,29 @@
+"""Everything a step needs, in one object passed explicitly.
+
+Built once per process by :func:`shared.wiring.build_context` (lazily, on the first invocation);
+tests build one from their own parts. Holding the adapters here, rather than importing them in the
+state machines, is what keeps the decisions pure and the triggers thin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.clock import Clock
+    from shared.ports import ClusterAccess, EventsPort, LedgerPort
+    from shared.settings import Settings
+    from shared.telemetry import Telemetry
+
+
+@dataclass
+class Context:
+    settings: Settings
+    clock: Clock
+    ledger: LedgerPort
+    access: ClusterAccess
+    events: EventsPort
+    telemetry: Telemetry
+    instance: str = "local"  # who owns claims and leases: host name + process id in Azure
+    extras: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,265 @@
+"""What the core needs from the outside world, and the shapes it sees it in.
+
+The state machines (pool creation, remediation, migration) and the sweep are written against these
+protocols; ``shared.aks``, ``shared.compute``, ``shared.kube``, ``shared.events`` and
+``shared.ledger`` implement them over the real SDKs. Views are small frozen structs holding only
+the fields decisions need, decoded straight from JSON (msgspec) rather than through the SDK models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+# --------------------------------------------------------------------------- Kubernetes views
+
+
+class Condition(msgspec.Struct, frozen=True):
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    last_transition: float | None = None  # epoch seconds, parsed from lastTransitionTime
+    reason: str = ""
+    message: str = ""
+
+
+class Taint(msgspec.Struct, frozen=True):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class NodeView(msgspec.Struct, frozen=True):
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    conditions: tuple[Condition, ...]
+    allocatable: Mapping[str, str]  # e.g. {"nvidia.com/gpu": "1", "cpu": "4"}
+    capacity: Mapping[str, str]
+    created: float  # creationTimestamp, epoch seconds
+    provider_id: str = ""
+
+    @property
+    def pool(self) -> str:
+        return self.labels.get("kubernetes.azure.com/agentpool") or self.labels.get("agentpool", "")
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    @property
+    def ready(self) -> bool:
+        c = self.condition("Ready")
+        return c is not None and c.status == "True"
+
+
+class OwnerRef(msgspec.Struct, frozen=True):
+    kind: str
+    name: str
+    controller: bool = False
+
+
+class PodView(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    owners: tuple[OwnerRef, ...]
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    deletion_timestamp: float | None
+    grace_period_seconds: int | None  # spec.terminationGracePeriodSeconds
+    has_empty_dir: bool
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: Mapping[str, str] = {}
+    affinity: Mapping[str, Any] | None = None
+    requests: Mapping[str, str] = {}  # summed container resource requests
+
+    @property
+    def is_mirror(self) -> bool:
+        return "kubernetes.io/config.mirror" in self.annotations
+
+    def controller(self) -> OwnerRef | None:
+        for o in self.owners:
+            if o.controller:
+                return o
+        return None
+
+
+class EvictionResult(msgspec.Struct, frozen=True):
+    """What the Eviction API answered: ``evicted``, ``blocked`` (429, a PDB), ``gone`` (404)."""
+
+    outcome: str
+    message: str = ""
+    retry_after: float | None = None
+
+
+class KubePort(Protocol):
+    """One cluster's Kubernetes API, as the app uses it (see shared/kube.py)."""
+
+    def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]: ...
+    def get_node(self, name: str) -> NodeView | None: ...
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeView:
+        """Strategic-merge patch of the node (metadata and spec)."""
+
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeView: ...
+    def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
+                  label_selector: str = "") -> list[PodView]: ...
+    def get_pod(self, namespace: str, name: str) -> PodView | None: ...
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult: ...
+    def list_pdbs(self, namespace: str | None = None) -> list[Mapping[str, Any]]: ...
+    def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
+                     action: str = "", correlation_id: str = "") -> None:
+        """Best effort: never raises (events are auxiliary)."""
+
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str = "kube-node-lease-steward") -> bool: ...
+    def release_lease(self, name: str, *, holder: str, namespace: str = "kube-node-lease-steward") -> None: ...
+    def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create any supported object (Job, Karpenter NodePool/AKSNodeClass...); Conflict if it exists."""
+
+    def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create, or replace if it exists (server-side desired state)."""
+
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None: ...
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None: ...
+
+
+# --------------------------------------------------------------------------- ARM views
+
+
+class ClusterInfo(msgspec.Struct, frozen=True):
+    id: str  # ARM id, as ARM spells it
+    name: str
+    subscription: str
+    resource_group: str
+    location: str
+    tags: Mapping[str, str]
+    node_resource_group: str
+    node_provisioning_mode: str = "Manual"  # "Auto" = node auto-provisioning (Karpenter)
+    provisioning_state: str = "Succeeded"
+
+
+class PoolInfo(msgspec.Struct, frozen=True):
+    """An agent pool as ARM returns it: ``properties`` is the raw camelCase dict."""
+
+    cluster_id: str
+    name: str
+    properties: Mapping[str, Any]
+
+    @property
+    def vm_size(self) -> str:
+        return str(self.properties.get("vmSize", ""))
+
+    @property
+    def count(self) -> int:
+        return int(self.properties.get("count") or 0)
+
+    @property
+    def provisioning_state(self) -> str:
+        return str(self.properties.get("provisioningState", ""))
+
+    @property
+    def management_mode(self) -> str:
+        gp = self.properties.get("gpuProfile") or {}
+        return str(((gp.get("nvidia") or {}).get("managementMode")) or "Unmanaged")
+
+
+class MachineInfo(msgspec.Struct, frozen=True):
+    name: str  # equals the node name for VMSS pools
+    resource_id: str  # the VMSS VM id
+    zones: tuple[str, ...] = ()
+
+
+class AksPort(Protocol):
+    """Azure Resource Manager, Microsoft.ContainerService (see shared/aks.py)."""
+
+    def list_clusters(self, subscription: str) -> list[ClusterInfo]: ...
+    def get_cluster(self, cluster_id: str) -> ClusterInfo: ...
+    def list_pools(self, cluster_id: str) -> list[PoolInfo]: ...
+    def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None: ...
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
+        """Start a create-or-update; returns once ARM accepted it (does not wait for the LRO)."""
+
+    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False) -> None: ...
+    def begin_delete_machines(self, cluster_id: str, pool: str, machines: Sequence[str]) -> None: ...
+    def list_machines(self, cluster_id: str, pool: str) -> list[MachineInfo]: ...
+    def list_maintenance_configurations(self, cluster_id: str) -> list[Mapping[str, Any]]: ...
+    def kubeconfig(self, cluster_id: str) -> bytes:
+        """listClusterUserCredential (format=exec), first kubeconfig, decoded."""
+
+
+class ComputePort(Protocol):
+    """Microsoft.Compute VMSS VM operations in a cluster's node resource group (shared/compute.py)."""
+
+    def begin_restart(self, vm_resource_id: str) -> None: ...
+    def begin_reimage(self, vm_resource_id: str) -> None: ...
+
+
+class EventsPort(Protocol):
+    def publish(self, *, type_: str, subject: str, data: Mapping[str, Any], id_: str | None = None) -> None:
+        """Publish one CloudEvent. Raises Throttled/Transient; callers decide if it is best effort."""
+
+
+class ClusterAccess(Protocol):
+    """Hands out per-cluster adapters (cached; credentials refreshed by the adapters)."""
+
+    def aks(self) -> AksPort: ...
+    def compute(self) -> ComputePort: ...
+    def kube(self, cluster_id: str) -> KubePort: ...
+
+
+# --------------------------------------------------------------------------- durable records
+
+
+class Record(msgspec.Struct, kw_only=True):
+    """One durable record of long work (see docs/architecture.md, "Durable records").
+
+    ``data`` belongs to the record's kind; everything else is the reconciler's bookkeeping.
+    ``etag`` is the storage ETag of the version this copy was read at ("" for a new record).
+    """
+
+    kind: str
+    id: str
+    state: str
+    data: dict[str, Any] = {}
+    owner: str = ""
+    lease_until: float = 0.0
+    next_at: float = 0.0
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    history: list[dict[str, Any]] = []
+    etag: str = ""
+
+    def moved(self, state: str, *, at: float, note: str = "", next_at: float | None = None,
+              **data: Any) -> Record:
+        """A copy in ``state`` with ``data`` merged and a history line appended (capped at 50)."""
+        merged = dict(self.data)
+        merged.update(data)
+        history = [*self.history, {"at": at, "state": state, "note": note}][-50:]
+        return msgspec.structs.replace(
+            self, state=state, data=merged, history=history, updated_at=at,
+            next_at=at if next_at is None else next_at,
+        )
+
+
+class LedgerPort(Protocol):
+    """Azure Table storage, ETag-guarded (shared/ledger.py)."""
+
+    def create(self, record: Record) -> Record:
+        """Insert; raises Conflict if a record with this kind and id exists. Returns it with its ETag."""
+
+    def get(self, kind: str, id_: str) -> Record | None: ...
+    def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]: ...
+    def save(self, record: Record) -> Record:
+        """Replace if the stored ETag still equals ``record.etag``; raises Conflict otherwise."""
+
+    def delete(self, record: Record) -> None: ...
