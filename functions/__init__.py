@@ -1,0 +1,1 @@
+"""Thin triggers: each module holds one blueprint that parses its trigger and calls ``shared.entrypoints``."""

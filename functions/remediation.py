@@ -1,0 +1,22 @@
+"""Event Grid trigger (CloudEvents 1.0): an unhealthy GPU node was reported; admit or refuse it."""
+
+import azure.functions as func
+
+from shared import entrypoints
+
+bp = func.Blueprint()
+
+
+@bp.function_name("remediation_events")
+@bp.event_grid_trigger(arg_name="event")
+def remediation_events(event: func.CloudEvent) -> None:
+    entrypoints.handle_gpu_event(
+        {
+            "id": event.id,
+            "source": event.source,
+            "type": event.type,
+            "subject": event.subject,
+            "time": event.time.isoformat() if event.time else None,
+            "data": event.get_json(),
+        }
+    )

@@ -1,0 +1,87 @@
+"""One entry point per trigger: the only functions the blueprints in ``functions/`` call.
+
+Each builds (once per process) or receives a :class:`shared.context.Context`, calls the job's core and
+returns a small result the trigger turns into outputs. The jobs' modules and the SDKs are imported
+inside the functions, so importing ``function_app`` stays cheap (a cold start pays only for what it
+runs).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.context import Context
+    from shared.reconciler import ReconcileReport
+
+log = logging.getLogger("steward")
+
+
+def _ctx(ctx: Context | None) -> Context:
+    if ctx is not None:
+        return ctx
+    from shared import wiring
+
+    return wiring.get_context()
+
+
+@dataclass(frozen=True)
+class PoolRequestResult:
+    """What the queue trigger needs to know: the request's fate and whether to wake the reconciler."""
+
+    status: str  # accepted | duplicate | rejected
+    request_id: str
+    nudge: str | None = None
+
+
+def handle_pool_request(body: bytes | str, *, message_id: str = "", dequeue_count: int = 1,
+                        ctx: Context | None = None) -> PoolRequestResult:
+    """Validate and record a pool request. Raises only for transient failures (the queue retries)."""
+    from shared import pool_creation, telemetry
+
+    context = _ctx(ctx)
+    with telemetry.correlation(message_id or None):
+        outcome = pool_creation.accept(body, dequeue_count=dequeue_count, ctx=context)
+    status = str(outcome.status)
+    nudge = f"pool-request:{outcome.request_id}" if status == "accepted" else None
+    return PoolRequestResult(status=status, request_id=str(outcome.request_id), nudge=nudge)
+
+
+def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Context | None = None) -> ReconcileReport:
+    """Advance every due durable record. A nudge only makes it run sooner; it always looks at all."""
+    from shared import reconciler, telemetry
+
+    context = _ctx(ctx)
+    with telemetry.correlation(None):
+        report = reconciler.reconcile_once(context)
+    log.info("reconcile (%s%s): %s", reason, f", {hint}" if hint else "", report.advanced or "nothing due")
+    return report
+
+
+def run_health_sweep(ctx: Context | None = None) -> Any:
+    """Sweep the GPU nodes of every cluster in scope and publish unhealthy findings."""
+    from shared import sweep, telemetry
+
+    context = _ctx(ctx)
+    with telemetry.correlation(None):
+        return sweep.sweep(context)
+
+
+def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> str:
+    """Admit or refuse a remediation for a ``Steward.GpuNode.Unhealthy`` CloudEvent."""
+    from shared import remediation, telemetry
+
+    context = _ctx(ctx)
+    with telemetry.correlation(str(event.get("id") or "") or None):
+        return remediation.handle_event(event, context)
+
+
+def run_migration_planner(ctx: Context | None = None) -> Any:
+    """Plan migrations of unmanaged GPU pools and start the ones the plan allows."""
+    from shared import migration, telemetry
+
+    context = _ctx(ctx)
+    with telemetry.correlation(None):
+        return migration.run_planner(context)
