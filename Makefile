@@ -1,0 +1,50 @@
+# The project's commands. POSIX make; works on a fresh machine with python3.11, node/npm and make.
+#   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
+#   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
+#   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)      make lint   ruff
+
+.POSIX:
+.PHONY: all venv azurite test demo bench soak lint clean
+
+PYTHON = python3.11
+VENV = .venv
+PY = $(VENV)/bin/python
+STAMP = $(VENV)/.requirements.stamp
+AZURITE = .tools/azurite/node_modules/.bin/azurite
+SOAK_RUNS = 1000
+
+all: test
+
+# The venv is (re)built only when a requirements file changed since the last install.
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+# Azurite (the storage emulator) from npm, pinned in devhost/azurite.py, into .tools/azurite.
+azurite: $(AZURITE)
+
+$(AZURITE): $(STAMP) devhost/azurite.py
+	$(PY) -c "from devhost import azurite; azurite.ensure_installed()"
+	test -x $(AZURITE)
+	touch $(AZURITE)
+
+test: $(STAMP) $(AZURITE)
+	$(PY) -m pytest -q
+
+demo: $(STAMP) $(AZURITE)
+	$(PY) -m demo
+
+bench: $(STAMP) $(AZURITE)
+	$(PY) -m bench
+
+soak: $(STAMP) $(AZURITE)
+	SOAK_RUNS=$(SOAK_RUNS) $(PY) -m soak
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) .tools .state .pytest_cache bench-results.json

@@ -1,0 +1,105 @@
+"""Settings for fleetctl: the app's own settings, from the environment or a local.settings.json.
+
+fleetctl reads the same names as the app (``AzureWebJobsStorage``, ``POOL_REQUEST_QUEUE``,
+``LEDGER_TABLE``, ...), so one local.settings.json serves the app, the local host and the tool.
+As with Core Tools, a variable already set in the environment wins over the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_POOL_REQUEST_QUEUE = "gpu-pool-requests"
+DEFAULT_LEDGER_TABLE = "stewardledger"
+STORAGE = "AzureWebJobsStorage"
+
+
+class ConfigError(ValueError):
+    """Settings fleetctl needs are missing or unreadable; the message says which."""
+
+
+def load(path: str | Path | None, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment, plus the file's ``Values`` for names the environment does not set."""
+    env = dict(os.environ if environ is None else environ)
+    if not path:
+        return env
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"settings file {path} does not exist") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"settings file {path} is not valid JSON: {error}") from None
+    values = document.get("Values") if isinstance(document, dict) else None
+    if not isinstance(values, dict):
+        raise ConfigError(f"settings file {path} must be an object with a 'Values' object (local.settings.json)")
+    merged = {str(k): "" if v is None else str(v) for k, v in values.items()}
+    merged.update(env)
+    return merged
+
+
+def export(settings: Mapping[str, str], *, environ: MutableMapping[str, str] | None = None) -> None:
+    """Make the settings visible to shared.settings (which reads the environment), file values included."""
+    env = os.environ if environ is None else environ
+    for name, value in settings.items():
+        env.setdefault(name, value)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How to reach the app's storage: a connection string, or service URIs with an Entra identity."""
+
+    connection_string: str = ""
+    queue_uri: str = ""
+    table_uri: str = ""
+    client_id: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> Storage:
+        connection = settings.get(STORAGE, "").strip()
+        queue_uri = settings.get(f"{STORAGE}__queueServiceUri", "").strip()
+        table_uri = settings.get(f"{STORAGE}__tableServiceUri", "").strip()
+        account = settings.get(f"{STORAGE}__accountName", "").strip()
+        if account and not queue_uri:
+            queue_uri = f"https://{account}.queue.core.windows.net"
+        if account and not table_uri:
+            table_uri = f"https://{account}.table.core.windows.net"
+        if not connection and not (queue_uri or table_uri):
+            raise ConfigError(f"set {STORAGE} (a connection string) or {STORAGE}__queueServiceUri and "
+                              f"{STORAGE}__tableServiceUri, in the environment or with --settings local.settings.json")
+        return cls(connection_string=connection, queue_uri=queue_uri, table_uri=table_uri,
+                   client_id=settings.get(f"{STORAGE}__clientId", "").strip())
+
+    def credential(self) -> object:
+        from azure.identity import DefaultAzureCredential
+
+        return DefaultAzureCredential(managed_identity_client_id=self.client_id or None)
+
+    def queue_client(self, name: str, **options: object) -> object:
+        from azure.storage.queue import QueueClient
+
+        if self.connection_string:
+            return QueueClient.from_connection_string(self.connection_string, name, **options)
+        if not self.queue_uri:
+            raise ConfigError(f"set {STORAGE}__queueServiceUri to reach the queue service")
+        return QueueClient(self.queue_uri, name, credential=self.credential(), **options)
+
+    def table_client(self, name: str) -> object:
+        from azure.data.tables import TableClient
+
+        if self.connection_string:
+            return TableClient.from_connection_string(self.connection_string, table_name=name)
+        if not self.table_uri:
+            raise ConfigError(f"set {STORAGE}__tableServiceUri to reach the table service")
+        return TableClient(endpoint=self.table_uri, table_name=name, credential=self.credential())
+
+
+def pool_request_queue(settings: Mapping[str, str]) -> str:
+    return settings.get("POOL_REQUEST_QUEUE", "").strip() or DEFAULT_POOL_REQUEST_QUEUE
+
+
+def ledger_table(settings: Mapping[str, str]) -> str:
+    return settings.get("LEDGER_TABLE", "").strip() or DEFAULT_LEDGER_TABLE

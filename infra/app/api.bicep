@@ -1,0 +1,125 @@
+// The function app on Flex Consumption (FC1, Linux, Python 3.11). The code package is pulled from a
+// blob container with the user-assigned identity; every connection is identity-based (no
+// AzureWebJobsStorage connection string, no keys). App settings = the host's identity-based
+// settings below + the steward's own settings passed in from main.bicep.
+param name string
+param planName string
+param location string
+param tags object = {}
+param identityId string
+param identityClientId string
+param storageBlobEndpoint string
+param storageQueueEndpoint string
+param storageTableEndpoint string
+param deploymentContainerName string
+param applicationInsightsConnectionString string
+@description('The steward\'s own settings (everything shared/settings.py reads).')
+param appSettings object
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+param pythonVersion string = '3.11'
+
+// Read by the Functions host and the platform, not by the steward's code through shared.env:
+// identity-based host storage (the queue bindings use connection "AzureWebJobsStorage" too),
+// Entra-authenticated telemetry, and the worker isolation the CloudEvent binding type needs.
+var hostSettings = {
+  AzureWebJobsStorage__blobServiceUri: storageBlobEndpoint
+  AzureWebJobsStorage__queueServiceUri: storageQueueEndpoint
+  AzureWebJobsStorage__tableServiceUri: storageTableEndpoint
+  AzureWebJobsStorage__credential: 'managedidentity'
+  AzureWebJobsStorage__clientId: identityClientId
+  AZURE_CLIENT_ID: identityClientId
+  APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsightsConnectionString
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  PYTHON_ISOLATE_WORKER_DEPENDENCIES: '1'
+}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: name
+  location: location
+  tags: union(tags, {
+    'azd-service-name': 'api'
+  })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    siteConfig: {
+      minTlsVersion: '1.2'
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storageBlobEndpoint}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: pythonVersion
+      }
+    }
+  }
+}
+
+resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
+  parent: functionApp
+  name: 'appsettings'
+  properties: union(hostSettings, appSettings)
+}
+
+// No publishing credentials: deployments go through Entra (azd / the deployment container).
+resource ftpCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output id string = functionApp.id
+output name string = functionApp.name
+output defaultHostName string = functionApp.properties.defaultHostName

@@ -1,0 +1,49 @@
+// Least privilege inside the clusters, for clusters that use Azure RBAC for Kubernetes
+// authorization: the data actions matching infra/kubernetes/clusterrole.yaml (which tests/infra
+// checks against shared.permissions.collect_kube_rules(shared.kube)).
+//
+// Azure RBAC maps Kubernetes verbs get/list/watch -> read, create/update/patch -> write,
+// delete -> delete, and ignores sub-resources (so the Eviction API, pods/eviction create, needs
+// pods/write). Custom resources (the Karpenter kinds of node auto-provisioning clusters) have no
+// data actions of their own: they are granted by the ClusterRole only (apply
+// infra/kubernetes/clusterrole.yaml on NAP clusters; Kubernetes RBAC stays in force next to Azure RBAC).
+targetScope = 'subscription'
+
+param roleName string
+@description('Subscriptions (ids like /subscriptions/<guid>) where the role may be assigned.')
+param assignableScopes array
+
+var dataActions = [
+  'Microsoft.ContainerService/managedClusters/batch/jobs/delete'
+  'Microsoft.ContainerService/managedClusters/batch/jobs/read'
+  'Microsoft.ContainerService/managedClusters/batch/jobs/write'
+  'Microsoft.ContainerService/managedClusters/coordination.k8s.io/leases/read'
+  'Microsoft.ContainerService/managedClusters/coordination.k8s.io/leases/write'
+  'Microsoft.ContainerService/managedClusters/events/write'
+  'Microsoft.ContainerService/managedClusters/nodes/read'
+  'Microsoft.ContainerService/managedClusters/nodes/write'
+  'Microsoft.ContainerService/managedClusters/pods/read'
+  'Microsoft.ContainerService/managedClusters/pods/write'
+  'Microsoft.ContainerService/managedClusters/policy/poddisruptionbudgets/read'
+]
+
+resource role 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
+  name: guid(subscription().id, roleName)
+  properties: {
+    roleName: roleName
+    description: 'GPU fleet steward inside AKS clusters (Azure RBAC for Kubernetes): cordon, drain by eviction, events, leases.'
+    type: 'CustomRole'
+    permissions: [
+      {
+        actions: []
+        notActions: []
+        dataActions: dataActions
+        notDataActions: []
+      }
+    ]
+    assignableScopes: assignableScopes
+  }
+}
+
+output roleDefinitionGuid string = role.name
+output roleDefinitionId string = role.id

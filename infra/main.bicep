@@ -1,0 +1,328 @@
+// The GPU fleet steward, deployed by `azd up`: a Flex Consumption function app running as one
+// user-assigned managed identity, with identity-only storage, telemetry and Event Grid, and exactly
+// the permissions its code declares (custom roles, granted on the clusters listed below).
+// See docs/deploy.md. tests/infra checks this file against the code.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the azd environment; part of every resource name.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource (one where Flex Consumption is available).')
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+param location string
+
+@description('Object id of the person running azd (azd sets it); gets the data roles so that `func start` works against these resources. Empty: nobody.')
+param principalId string = ''
+
+@description('Whether principalId is a person or a service principal (azd in CI).')
+@allowed([
+  'User'
+  'ServicePrincipal'
+])
+param principalType string = 'User'
+
+@description('Subscription ids the steward watches (FLEET_SUBSCRIPTIONS). Empty: the subscription deployed to.')
+param fleetSubscriptionIds array = []
+
+@description('Clusters carrying this tag (key=value) are in the fleet (FLEET_CLUSTER_TAG).')
+param fleetClusterTag string = 'gpu-fleet-steward=enabled'
+
+@description('When not empty, the fleet is exactly these cluster ARM ids (FLEET_CLUSTERS).')
+param fleetClusterIds array = []
+
+@description('Clusters to grant the steward roles on: [{ id: <cluster ARM id>, nodeResourceGroup: <its node resource group> }].')
+param accessClusters array = []
+
+@description('Resource group ids (/subscriptions/<id>/resourceGroups/<name>) to grant the steward role on as a whole.')
+param accessResourceGroupIds array = []
+
+@description('Also assign the Azure RBAC for Kubernetes role on accessClusters (clusters with Azure RBAC enabled).')
+param assignKubernetesRole bool = true
+
+@description('true: the steward observes and reports but changes nothing (STEWARD_PAUSED).')
+@allowed([
+  'true'
+  'false'
+])
+param stewardPaused string = 'false'
+
+@description('true: the migration timer starts migrations; false: it only plans and reports (MIGRATION_ENABLED).')
+@allowed([
+  'true'
+  'false'
+])
+param migrationEnabled string = 'false'
+
+@description('Any other app settings to override (name: value), e.g. a policy or a schedule.')
+param settingOverrides object = {}
+
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+var abbrs = loadJsonContent('./abbreviations.json')
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var fleetSubscriptions = empty(fleetSubscriptionIds) ? [
+  subscription().subscriptionId
+] : fleetSubscriptionIds
+var assignableScopes = [for sub in fleetSubscriptions: '/subscriptions/${sub}']
+
+var functionAppName = '${abbrs.functionApps}${resourceToken}'
+var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+var deadLetterContainerName = 'eventgrid-deadletter'
+
+// Queue and table names: the code's defaults (shared/settings.py), set as app settings below and
+// created in the storage account; the host adds "-poison" queues for messages that keep failing.
+var poolRequestQueue = 'gpu-pool-requests'
+var nudgeQueue = 'steward-nudge'
+var ledgerTable = 'stewardledger'
+
+// Every setting the steward's code reads (shared/settings.py and the policy modules), with the
+// defaults the code uses; tests/infra derives the list from the code and compares.
+var stewardSettings = {
+  FLEET_SUBSCRIPTIONS: join(fleetSubscriptions, ',')
+  FLEET_CLUSTER_TAG: fleetClusterTag
+  FLEET_CLUSTERS: join(fleetClusterIds, ',')
+  ARM_ENDPOINT: 'https://management.azure.com'
+  ARM_AUDIENCE: 'https://management.azure.com/'
+  AKS_SERVER_APP_ID: '6dae42f8-4368-4678-94ff-3960e28e3630'
+  POOL_REQUEST_QUEUE: poolRequestQueue
+  NUDGE_QUEUE: nudgeQueue
+  LEDGER_TABLE: ledgerTable
+  EVENTGRID_TOPIC_ENDPOINT: topic.outputs.endpoint
+  EVENTGRID_AUDIENCE: 'https://eventgrid.azure.net'
+  STEWARD_EVENT_SOURCE: '/gpu-fleet-steward'
+  RECONCILE_SCHEDULE: '*/30 * * * * *'
+  SWEEP_SCHEDULE: '0 * * * * *'
+  MIGRATION_SCHEDULE: '0 */15 * * * *'
+  STEWARD_PAUSED: stewardPaused
+  POOL_REQUEST_MAX_BYTES: '65536'
+  POOL_REQUEST_MAX_COUNT: '1000'
+  POOL_REQUEST_CREATE_TIMEOUT_S: '3600'
+  POOL_REQUEST_VALIDATE_TIMEOUT_S: '1200'
+  POOL_REQUEST_SAMPLE_JOB_TIMEOUT_S: '900'
+  POOL_REQUEST_SAMPLE_JOB_IMAGE: 'mcr.microsoft.com/azuredocs/samples-tf-mnist-demo:gpu'
+  POOL_REQUEST_SAMPLE_JOB_ARGS: '--max_steps,500'
+  POOL_REQUEST_SAMPLE_JOB_NAMESPACE: 'default'
+  POOL_REQUEST_DEFAULT_TAINTS: 'sku=gpu:NoSchedule'
+  POOL_REQUEST_ALLOWED_SIZES: ''
+  POOL_REQUEST_POLL_INTERVAL_S: '15'
+  MIGRATION_ENABLED: migrationEnabled
+  MIGRATION_MAX_CONCURRENT: '2'
+  MIGRATION_STRATEGY: 'auto'
+  MIGRATION_BATCH_SIZE: '1'
+  MIGRATION_WINDOW: ''
+  MIGRATION_WINDOW_PRECEDENCE: 'cluster'
+  MIGRATION_CAPACITY_FLOOR_PCT: '100'
+  MIGRATION_VALIDATE_TIMEOUT_S: '1800'
+  MIGRATION_CREATE_TIMEOUT_S: '3600'
+  MIGRATION_DRAIN_TIMEOUT_S: '3600'
+  MIGRATION_POLL_INTERVAL_S: '15'
+  MIGRATION_GPU_VCPU_HEADROOM: ''
+  REMEDIATION_CONDITIONS: 'UnhealthyNvidiaDevicePlugin,UnhealthyNvidiaDCGMServices'
+  REMEDIATION_THRESHOLDS: ''
+  REMEDIATION_LADDER: 'restart,reimage,replace'
+  REMEDIATION_RUNG_TIMEOUTS: ''
+  REMEDIATION_DEFAULT_THRESHOLD_S: '300'
+  REMEDIATION_STARTUP_GRACE_S: '600'
+  REMEDIATION_BUSY_TAINTS: 'ToBeDeletedByClusterAutoscaler,DeletionCandidateOfClusterAutoscaler,node.kubernetes.io/out-of-service,karpenter.sh/disrupted,karpenter.sh/disruption'
+  REMEDIATION_BUSY_ANNOTATIONS: 'cluster-autoscaler.kubernetes.io/scale-down-disabled-for-upgrade'
+  REMEDIATION_SKIP_NOT_READY: 'true'
+  REMEDIATION_SETTLE_S: '120'
+  REMEDIATION_SURGE: 'true'
+  REMEDIATION_DRAIN_TIMEOUT_S: '3600'
+  REMEDIATION_DRAIN_FALLBACK: 'hold'
+  REMEDIATION_EMPTY_DIR: 'evict'
+  REMEDIATION_UNMANAGED_PODS: 'refuse'
+  REMEDIATION_EVICTION_RETRY_S: '5.0'
+  BUDGET_POOL_MAX_UNAVAILABLE: '1'
+  BUDGET_POOL_MAX_UNAVAILABLE_PERCENT: '20'
+  BUDGET_MAX_IN_FLIGHT: '5'
+  BUDGET_NODE_COOLDOWN_S: '3600'
+  BUDGET_NODE_MAX_ATTEMPTS: '3'
+  BUDGET_NODE_ATTEMPT_WINDOW_S: '86400'
+  BREAKER_ENABLED: 'true'
+  BREAKER_PERCENT: '30'
+  BREAKER_MIN_NODES: '3'
+  BREAKER_MAX_NODES: '0'
+  BREAKER_WINDOW_S: '600'
+  REMEDIATION_DRY_RUN: 'false'
+  REMEDIATION_POLL_S: '20'
+  REMEDIATION_NODE_LEASE_S: '300'
+  REMEDIATION_SWEEP_PAGE_SIZE: '500'
+}
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: '${abbrs.resourceGroups}${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity './core/identity/user-assigned-identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: '${abbrs.managedIdentityUserAssignedIdentities}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage './core/storage/storage-account.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: '${abbrs.storageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    queueNames: [
+      poolRequestQueue
+      '${poolRequestQueue}-poison'
+      nudgeQueue
+      '${nudgeQueue}-poison'
+    ]
+    tableNames: [
+      ledgerTable
+    ]
+    containerNames: [
+      deploymentContainerName
+      deadLetterContainerName
+    ]
+  }
+}
+
+module monitoring './core/monitor/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: '${abbrs.logAnalyticsWorkspaces}${resourceToken}'
+    applicationInsightsName: '${abbrs.appInsights}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module topic './core/eventgrid/topic.bicep' = {
+  name: 'eventgrid-topic'
+  scope: rg
+  params: {
+    name: '${abbrs.eventGridTopics}${resourceToken}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+  }
+}
+
+module rbac './app/rbac.bicep' = {
+  name: 'data-roles'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    topicName: topic.outputs.name
+    identityPrincipalId: identity.outputs.principalId
+    developerPrincipalId: principalId
+    developerPrincipalType: principalType
+  }
+}
+
+module api './app/api.bicep' = {
+  name: 'api'
+  scope: rg
+  params: {
+    name: functionAppName
+    planName: '${abbrs.serverFarms}${resourceToken}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageBlobEndpoint: storage.outputs.blobEndpoint
+    storageQueueEndpoint: storage.outputs.queueEndpoint
+    storageTableEndpoint: storage.outputs.tableEndpoint
+    deploymentContainerName: deploymentContainerName
+    applicationInsightsConnectionString: monitoring.outputs.connectionString
+    appSettings: union(stewardSettings, settingOverrides)
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+  }
+  dependsOn: [
+    rbac
+  ]
+}
+
+module stewardRole './app/steward-role.bicep' = {
+  name: 'steward-role'
+  params: {
+    roleName: 'GPU Fleet Steward (${environmentName}, ${resourceToken})'
+    assignableScopes: assignableScopes
+  }
+}
+
+module kubernetesRole './app/kubernetes-role.bicep' = {
+  name: 'steward-kubernetes-role'
+  params: {
+    roleName: 'GPU Fleet Steward Kubernetes (${environmentName}, ${resourceToken})'
+    assignableScopes: assignableScopes
+  }
+}
+
+// One grant per cluster (in its resource group) and one per node resource group (VMSS actions).
+module clusterAccess './app/cluster-access.bicep' = [for (cluster, i) in accessClusters: {
+  name: 'steward-cluster-${i}'
+  scope: resourceGroup(split(cluster.id, '/')[2], split(cluster.id, '/')[4])
+  params: {
+    clusterName: last(split(cluster.id, '/'))
+    principalId: identity.outputs.principalId
+    stewardRoleDefinitionGuid: stewardRole.outputs.roleDefinitionGuid
+    kubernetesRoleDefinitionGuid: assignKubernetesRole ? kubernetesRole.outputs.roleDefinitionGuid : ''
+  }
+}]
+
+module nodeResourceGroupAccess './app/resource-group-access.bicep' = [for (cluster, i) in accessClusters: {
+  name: 'steward-node-rg-${i}'
+  scope: resourceGroup(split(cluster.id, '/')[2], cluster.nodeResourceGroup)
+  params: {
+    principalId: identity.outputs.principalId
+    stewardRoleDefinitionGuid: stewardRole.outputs.roleDefinitionGuid
+  }
+}]
+
+module resourceGroupAccess './app/resource-group-access.bicep' = [for (groupId, i) in accessResourceGroupIds: {
+  name: 'steward-rg-${i}'
+  scope: resourceGroup(split(groupId, '/')[2], split(groupId, '/')[4])
+  params: {
+    principalId: identity.outputs.principalId
+    stewardRoleDefinitionGuid: stewardRole.outputs.roleDefinitionGuid
+  }
+}]
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = api.outputs.name
+output STEWARD_IDENTITY_NAME string = identity.outputs.name
+output STEWARD_IDENTITY_CLIENT_ID string = identity.outputs.clientId
+output STEWARD_PRINCIPAL_ID string = identity.outputs.principalId
+output STORAGE_ACCOUNT_NAME string = storage.outputs.name
+output DEADLETTER_CONTAINER_NAME string = deadLetterContainerName
+output EVENTGRID_TOPIC_NAME string = topic.outputs.name
+output EVENTGRID_TOPIC_ENDPOINT string = topic.outputs.endpoint
+output STEWARD_ROLE_DEFINITION_GUID string = stewardRole.outputs.roleDefinitionGuid
+output STEWARD_KUBERNETES_ROLE_DEFINITION_GUID string = kubernetesRole.outputs.roleDefinitionGuid

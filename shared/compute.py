@@ -1,0 +1,94 @@
+"""Microsoft.Compute: restart or reimage one VMSS VM of a node pool (the ComputePort).
+
+The repair ladder's first two rungs act on the node's VM in the cluster's node resource group,
+found from the machine's ``resourceId`` (or the node's ``providerID``). Same client conventions as
+:mod:`shared.aks`: ARM_ENDPOINT and ARM_AUDIENCE from the settings, SDK retries off, errors mapped
+at the edge, and ``begin_*`` return as soon as ARM accepted the operation.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from shared import retry
+from shared.aks import call_arm
+from shared.errors import Invalid
+from shared.permissions import requires_arm
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+
+    from shared.clock import Clock
+    from shared.settings import Settings
+
+T = TypeVar("T")
+
+_VMSS_VM_ID = re.compile(
+    r"^(?:azure://)?/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
+    r"/providers/microsoft\.compute/virtualmachinescalesets/(?P<vmss>[^/]+)/virtualmachines/(?P<instance>[^/]+)/?$",
+    re.IGNORECASE,
+)
+
+
+def parse_vmss_vm_id(resource_id: str) -> tuple[str, str, str, str]:
+    """``(subscription, resource group, scale set, instance id)`` of a VMSS VM id or Azure providerID."""
+    match = _VMSS_VM_ID.match(resource_id.strip())
+    if not match:
+        raise Invalid(f"not a VMSS VM resource id: {resource_id!r}", code="InvalidResourceId")
+    return match["sub"], match["rg"], match["vmss"], match["instance"]
+
+
+class ComputeClient:
+    """ComputePort over azure-mgmt-compute's ``virtual_machine_scale_set_vms``."""
+
+    def __init__(self, credential: TokenCredential, settings: Settings, *, clock: Clock | None = None,
+                 retry_attempts: int = 4, retry_max_delay: float = 30.0) -> None:
+        self._credential = credential
+        self._settings = settings
+        self._clock = clock
+        self._attempts = retry_attempts
+        self._max_delay = retry_max_delay
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, subscription: str) -> Any:
+        with self._lock:
+            client = self._clients.get(subscription.lower())
+            if client is None:
+                from azure.mgmt.compute import ComputeManagementClient
+
+                options: dict[str, Any] = {
+                    "base_url": self._settings.arm_endpoint,
+                    "credential_scopes": [self._settings.arm_scope],
+                    "retry_total": 0,
+                    "connection_timeout": 10,
+                    "read_timeout": 60,
+                }
+                if self._settings.ca_bundle:
+                    options["connection_verify"] = self._settings.ca_bundle
+                client = ComputeManagementClient(self._credential, subscription, **options)
+                self._clients[subscription.lower()] = client
+            return client
+
+    def _run(self, fn: Callable[[], T], *, what: str) -> T:
+        from shared import clock as clocks
+
+        return retry.call(call_arm, fn, what=what, clock=self._clock or clocks.current(),
+                          attempts=self._attempts, max_delay=self._max_delay)
+
+    @requires_arm("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/restart/action")
+    def begin_restart(self, vm_resource_id: str) -> None:
+        sub, rg, vmss, instance = parse_vmss_vm_id(vm_resource_id)
+        client = self._client(sub)
+        self._run(lambda: client.virtual_machine_scale_set_vms.begin_restart(rg, vmss, instance, polling=False),
+                  what=f"restart {vm_resource_id}")
+
+    @requires_arm("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/reimage/action")
+    def begin_reimage(self, vm_resource_id: str) -> None:
+        sub, rg, vmss, instance = parse_vmss_vm_id(vm_resource_id)
+        client = self._client(sub)
+        self._run(lambda: client.virtual_machine_scale_set_vms.begin_reimage(rg, vmss, instance, polling=False),
+                  what=f"reimage {vm_resource_id}")

@@ -1,0 +1,827 @@
+"""One cluster's Kubernetes API (the KubePort), fast where the fleet is large.
+
+Why it is built this way:
+
+- **Connection**: the server URL and CA come from the kubeconfig ARM hands out
+  (``listClusterUserCredential``); its exec/kubelogin user is ignored. Requests carry a bearer token
+  from the app's own credential for ``AKS_SERVER_APP_ID/.default`` (aks-api.md §6), refreshed before
+  it expires, so no kubelogin binary and no static credential are needed.
+- **Hot reads** (the health sweep lists every GPU node of the fleet; drains list pods) skip the
+  kubernetes client's model classes entirely: the raw JSON (``_preload_content=False``) is decoded
+  by msgspec into small structs holding only the fields decisions need, one page (``limit`` /
+  ``continue``) at a time, so CPU stays low and memory is bounded by the page size.
+- **Writes** go through the kubernetes client (strategic-merge patches, the Eviction API, events,
+  leases, Jobs and Karpenter custom objects). Pods are only ever removed through the Eviction API.
+- Errors are translated at the edge into shared.errors; each method declares the exact Kubernetes
+  verbs it uses (shared.permissions), from which the ClusterRole is checked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from shared import retry
+from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
+from shared.permissions import requires_kube
+from shared.ports import Condition, EvictionResult, NodeView, OwnerRef, PodView, Taint
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+
+    from shared.clock import Clock
+
+T = TypeVar("T")
+log = logging.getLogger("steward.kube")
+
+FIELD_MANAGER = "gpu-fleet-steward"
+EVENT_COMPONENT = "gpu-fleet-steward"
+DEFAULT_LEASE_NAMESPACE = "kube-node-lease"
+_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds per request
+_TOKEN_REFRESH_MARGIN_S = 300.0
+
+# --------------------------------------------------------------------------- wire structs (decode only)
+
+
+class _Owner(msgspec.Struct, gc=False):
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class _Meta(msgspec.Struct, rename="camel", gc=False):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    owner_references: list[_Owner] | None = None
+
+
+class _Taint(msgspec.Struct, gc=False):
+    key: str = ""
+    effect: str = ""
+    value: str | None = None
+
+
+class _NodeSpec(msgspec.Struct, gc=False):
+    unschedulable: bool | None = None
+    taints: list[_Taint] | None = None
+    provider_id: str | None = msgspec.field(default=None, name="providerID")
+
+
+class _Condition(msgspec.Struct, rename="camel", gc=False):
+    type: str = ""
+    status: str = ""
+    last_transition_time: datetime | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class _NodeStatus(msgspec.Struct, gc=False):
+    conditions: list[_Condition] | None = None
+    allocatable: dict[str, str] | None = None
+    capacity: dict[str, str] | None = None
+
+
+class _Node(msgspec.Struct, gc=False):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    spec: _NodeSpec = msgspec.field(default_factory=_NodeSpec)
+    status: _NodeStatus = msgspec.field(default_factory=_NodeStatus)
+
+
+class _ListMeta(msgspec.Struct, rename="camel", gc=False):
+    continue_: str | None = msgspec.field(default=None, name="continue")
+    resource_version: str = ""
+
+
+class _NodeList(msgspec.Struct, gc=False):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[_Node] | None = None
+
+
+class _Resources(msgspec.Struct, gc=False):
+    requests: dict[str, str] | None = None
+
+
+class _Container(msgspec.Struct, gc=False):
+    resources: _Resources | None = None
+
+
+class _Volume(msgspec.Struct, rename="camel", gc=False):
+    empty_dir: dict[str, Any] | None = None
+
+
+class _PodSpec(msgspec.Struct, rename="camel", gc=False):
+    node_name: str | None = None
+    termination_grace_period_seconds: int | None = None
+    volumes: list[_Volume] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: dict[str, Any] | None = None
+    containers: list[_Container] | None = None
+    init_containers: list[_Container] | None = None
+
+
+class _PodStatus(msgspec.Struct, gc=False):
+    phase: str | None = None
+
+
+class _Pod(msgspec.Struct, gc=False):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    spec: _PodSpec = msgspec.field(default_factory=_PodSpec)
+    status: _PodStatus = msgspec.field(default_factory=_PodStatus)
+
+
+class _PodList(msgspec.Struct, gc=False):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[_Pod] | None = None
+
+
+_node_decoder = msgspec.json.Decoder(_Node)
+_node_list_decoder = msgspec.json.Decoder(_NodeList)
+_pod_decoder = msgspec.json.Decoder(_Pod)
+_pod_list_decoder = msgspec.json.Decoder(_PodList)
+
+_EMPTY: Mapping[str, str] = {}
+
+
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def node_view(node: _Node) -> NodeView:
+    meta, spec, status = node.metadata, node.spec, node.status
+    return NodeView(
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=meta.annotations or {},
+        unschedulable=bool(spec.unschedulable),
+        taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in spec.taints or ()),
+        conditions=tuple(
+            Condition(type=c.type, status=c.status, last_transition=_ts(c.last_transition_time),
+                      reason=c.reason or "", message=c.message or "")
+            for c in status.conditions or ()),
+        allocatable=status.allocatable or {},
+        capacity=status.capacity or {},
+        created=_ts(meta.creation_timestamp) or 0.0,
+        provider_id=spec.provider_id or "",
+    )
+
+
+def pod_view(pod: _Pod) -> PodView:
+    meta, spec = pod.metadata, pod.spec
+    return PodView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        node_name=spec.node_name or "",
+        phase=pod.status.phase or "",
+        owners=tuple(OwnerRef(kind=o.kind, name=o.name, controller=bool(o.controller))
+                     for o in meta.owner_references or ()),
+        annotations=meta.annotations or {},
+        labels=meta.labels or {},
+        deletion_timestamp=_ts(meta.deletion_timestamp),
+        grace_period_seconds=spec.termination_grace_period_seconds,
+        has_empty_dir=any(v.empty_dir is not None for v in spec.volumes or ()),
+        tolerations=tuple(spec.tolerations or ()),
+        node_selector=spec.node_selector or {},
+        affinity=spec.affinity or None,
+        requests=effective_requests(spec.containers or (), spec.init_containers or ()),
+    )
+
+
+def decode_node(data: bytes) -> NodeView:
+    return node_view(_node_decoder.decode(data))
+
+
+def decode_node_list(data: bytes) -> tuple[list[NodeView], str]:
+    """The nodes of one list page and the ``continue`` token ("" on the last page)."""
+    page = _node_list_decoder.decode(data)
+    return [node_view(n) for n in page.items or ()], page.metadata.continue_ or ""
+
+
+def decode_pod(data: bytes) -> PodView:
+    return pod_view(_pod_decoder.decode(data))
+
+
+def decode_pod_list(data: bytes) -> tuple[list[PodView], str]:
+    page = _pod_list_decoder.decode(data)
+    return [pod_view(p) for p in page.items or ()], page.metadata.continue_ or ""
+
+
+# --------------------------------------------------------------------------- quantities
+
+_SUFFIX = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+def parse_quantity(text: str) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "16Gi", "1e3") as a Decimal."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise Invalid(f"not a resource quantity: {text!r}")
+    try:
+        return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    except InvalidOperation:
+        raise Invalid(f"not a resource quantity: {text!r}") from None
+
+
+def format_quantity(value: Decimal) -> str:
+    """Canonical text for a summed quantity: whole numbers plain, fractions in milli-units."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    millis = (value * 1000).to_integral_value()
+    return f"{int(millis)}m"
+
+
+def effective_requests(containers: Any, init_containers: Any) -> Mapping[str, str]:
+    """The pod's effective requests: max(sum over containers, each init container), per resource."""
+    total: dict[str, Decimal] = {}
+    texts: dict[str, str] = {}
+    single = len(containers) == 1 and not init_containers
+    for c in containers:
+        for name, text in ((c.resources.requests if c.resources else None) or {}).items():
+            total[name] = total.get(name, Decimal(0)) + parse_quantity(text)
+            texts[name] = text
+    if single:
+        return texts  # the common case: keep the pod's own spelling
+    for c in init_containers:
+        for name, text in ((c.resources.requests if c.resources else None) or {}).items():
+            value = parse_quantity(text)
+            if value > total.get(name, Decimal(0)):
+                total[name] = value
+    return {name: format_quantity(value) for name, value in total.items()}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _status_message(body: Any) -> tuple[str, str]:
+    """``(message, reason)`` of a Kubernetes Status body."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return body.strip()[:500], ""
+        body = parsed
+    if isinstance(body, Mapping):
+        return str(body.get("message") or "")[:500], str(body.get("reason") or "")
+    return "", ""
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def map_kube_error(error: BaseException, *, what: str) -> StewardError | None:
+    """Translate a kubernetes-client / urllib3 exception into a shared.errors one (None: not ours)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
+    if isinstance(error, StewardError):
+        return error
+    if isinstance(error, ApiException):
+        status = int(error.status or 0)
+        message, reason = _status_message(error.body)
+        label = f"{what}: {status} {reason} {message}".strip()
+        if status == 429:
+            return Throttled(label, retry_after=_retry_after(error.headers))
+        if status in (408, 410) or status >= 500 or status == 0:
+            return Transient(label, retry_after=_retry_after(error.headers))
+        if status == 404:
+            return NotFound(label)
+        if status == 409:
+            return Conflict(label)
+        if status in (401, 403):
+            return Forbidden(label)
+        return Invalid(message or label, code=reason or str(status))
+    if isinstance(error, (Urllib3Error, ConnectionError, TimeoutError)):
+        return Transient(f"{what}: connection failed ({type(error).__name__})")
+    return None
+
+
+def _call(fn: Callable[[], T], *, what: str) -> T:
+    try:
+        return fn()
+    except Exception as error:
+        mapped = map_kube_error(error, what=what)
+        if mapped is None or mapped is error:
+            raise
+        raise mapped from error
+
+
+# --------------------------------------------------------------------------- kubeconfig and tokens
+
+
+def server_and_ca(kubeconfig: bytes) -> tuple[str, bytes | None, bool]:
+    """``(server URL, CA PEM or None, insecure)`` of the current context's cluster; users are ignored."""
+    import yaml
+
+    doc = yaml.safe_load(kubeconfig) or {}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or []}
+    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or []}
+    context = contexts.get(doc.get("current-context")) or (next(iter(contexts.values())) if contexts else {})
+    cluster = clusters.get(context.get("cluster")) or (next(iter(clusters.values())) if clusters else None)
+    if not cluster or not cluster.get("server"):
+        raise Invalid("kubeconfig has no cluster server")
+    ca: bytes | None = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"])
+    elif cluster.get("certificate-authority"):
+        from pathlib import Path
+
+        ca = Path(str(cluster["certificate-authority"])).read_bytes()
+    return str(cluster["server"]).rstrip("/"), ca, bool(cluster.get("insecure-skip-tls-verify"))
+
+
+class BearerTokens:
+    """A bearer token for one audience, fetched from the credential and refreshed before expiry.
+
+    ``AccessToken.expires_on`` is wall-clock epoch seconds (the simulator scales it for its clock),
+    so expiry is judged on the wall clock, not on the fleet clock.
+    """
+
+    def __init__(self, credential: TokenCredential, scope: str, *,
+                 margin_s: float = _TOKEN_REFRESH_MARGIN_S, wall_clock: Callable[[], float] = time.time) -> None:
+        self._credential = credential
+        self._scope = scope
+        self._margin = margin_s
+        self._wall_clock = wall_clock
+        self._token: str = ""
+        self._expires_on = 0.0
+        self._lock = threading.Lock()
+
+    def get(self) -> str:
+        with self._lock:
+            if not self._token or self._expires_on - self._margin <= self._wall_clock():
+                try:
+                    token = self._credential.get_token(self._scope)
+                except Exception as error:
+                    from shared.aks import map_arm_error
+
+                    mapped = map_arm_error(error, what=f"token for {self._scope}")
+                    raise (mapped or Forbidden(f"token for {self._scope}: {error}")) from error
+                self._token, self._expires_on = token.token, float(token.expires_on)
+            return self._token
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._token, self._expires_on = "", 0.0
+
+
+# --------------------------------------------------------------------------- custom objects
+
+# Leases go through the generic object API so that their MicroTime fields are sent exactly as written
+# (the typed client re-serialises datetimes without the fraction the API server's MicroTime requires).
+_LEASES = ("coordination.k8s.io", "v1", "leases")
+
+# (API group, kind) -> (plural, namespaced): the kinds create/apply/get/delete_object support.
+OBJECT_KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("batch", "Job"): ("jobs", True),
+    ("karpenter.sh", "NodePool"): ("nodepools", False),
+    ("karpenter.azure.com", "AKSNodeClass"): ("aksnodeclasses", False),
+}
+
+
+def _kind_of(api_version: str, kind: str) -> tuple[str, str, str, bool]:
+    group, _, version = api_version.rpartition("/")
+    try:
+        plural, namespaced = OBJECT_KINDS[(group, kind)]
+    except KeyError:
+        supported = ", ".join(f"{g}/{k}" for g, k in OBJECT_KINDS)
+        raise Invalid(f"unsupported object kind {api_version} {kind} (supported: {supported})") from None
+    return group, version, plural, namespaced
+
+
+def _rfc3339(epoch: float, *, micro: bool = False) -> str:
+    moment = datetime.fromtimestamp(epoch, tz=UTC)
+    if micro:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+class KubeClient:
+    """KubePort for one cluster."""
+
+    def __init__(self, kubeconfig: bytes, credential: TokenCredential, *, server_app_id: str,
+                 ca_bundle: str = "", clock: Clock | None = None, cluster_id: str = "",
+                 retry_attempts: int = 4, retry_max_delay: float = 30.0) -> None:
+        from kubernetes import client as k8s
+
+        server, ca, insecure = server_and_ca(kubeconfig)
+        self.server = server
+        self.cluster_id = cluster_id
+        self._clock = clock
+        self._attempts = retry_attempts
+        self._max_delay = retry_max_delay
+        self._tokens = BearerTokens(credential, server_app_id + "/.default")
+
+        config = k8s.Configuration(host=server)
+        if ca is not None:
+            config.ca_cert_data = ca.decode("ascii")
+        elif ca_bundle:
+            config.ssl_ca_cert = ca_bundle
+        config.verify_ssl = not insecure
+        config.retries = 0  # shared.retry decides
+        config.api_key = {"authorization": ""}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        tokens = self._tokens
+
+        def refresh(cfg: Any) -> None:
+            cfg.api_key["authorization"] = tokens.get()
+
+        config.refresh_api_key_hook = refresh
+        self._api = k8s.ApiClient(config)
+        self._api.user_agent = "gpu-fleet-steward"
+        self._core = k8s.CoreV1Api(self._api)
+        self._policy = k8s.PolicyV1Api(self._api)
+        self._custom = k8s.CustomObjectsApi(self._api)
+
+    # -- plumbing
+
+    def _now(self) -> float:
+        from shared import clock as clocks
+
+        return (self._clock or clocks.current()).now()
+
+    def _once(self, fn: Callable[[], T], *, what: str) -> T:
+        """One call; a 401 gets one fresh token and one more try (a token revoked early)."""
+        try:
+            return _call(fn, what=what)
+        except Forbidden as error:
+            if " 401 " not in f" {error} ":
+                raise
+            self._tokens.invalidate()
+            return _call(fn, what=what)
+
+    def _run(self, fn: Callable[[], T], *, what: str) -> T:
+        from shared import clock as clocks
+
+        return retry.call(self._once, fn, what=what, clock=self._clock or clocks.current(),
+                          attempts=self._attempts, max_delay=self._max_delay)
+
+    @staticmethod
+    def _body(response: Any) -> bytes:
+        data = response.data
+        return bytes(data) if data is not None else b""
+
+    def close(self) -> None:
+        self._api.close()
+
+    # -- nodes
+
+    @requires_kube("", "nodes", "list")
+    def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]:
+        token = ""
+        while True:
+            def fetch(page_token: str = token) -> bytes:
+                response = self._core.list_node(
+                    label_selector=label_selector or None, limit=page_size, _continue=page_token or None,
+                    _preload_content=False, _request_timeout=_TIMEOUT)
+                return self._body(response)
+
+            nodes, token = decode_node_list(self._run(fetch, what=f"list nodes of {self.cluster_id or self.server}"))
+            yield from nodes
+            if not token:
+                return
+
+    @requires_kube("", "nodes", "get")
+    def get_node(self, name: str) -> NodeView | None:
+        try:
+            data = self._run(lambda: self._body(self._core.read_node(name, _preload_content=False,
+                                                                      _request_timeout=_TIMEOUT)),
+                             what=f"get node {name}")
+        except NotFound:
+            return None
+        return decode_node(data)
+
+    @requires_kube("", "nodes", "patch")
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeView:
+        data = self._run(lambda: self._body(self._core.patch_node(
+            name, dict(patch), _content_type="application/strategic-merge-patch+json",
+            _preload_content=False, _request_timeout=_TIMEOUT)), what=f"patch node {name}")
+        return decode_node(data)
+
+    @requires_kube("", "nodes/status", "patch")
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeView:
+        data = self._run(lambda: self._body(self._core.patch_node_status(
+            name, dict(patch), _content_type="application/strategic-merge-patch+json",
+            _preload_content=False, _request_timeout=_TIMEOUT)), what=f"patch status of node {name}")
+        return decode_node(data)
+
+    # -- pods
+
+    @requires_kube("", "pods", "list")
+    def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
+                  label_selector: str = "", page_size: int = 500) -> list[PodView]:
+        field_selector = f"spec.nodeName={node_name}" if node_name else None
+        pods: list[PodView] = []
+        token = ""
+        while True:
+            def fetch(page_token: str = token) -> bytes:
+                common: dict[str, Any] = {
+                    "field_selector": field_selector, "label_selector": label_selector or None, "limit": page_size,
+                    "_continue": page_token or None, "_preload_content": False, "_request_timeout": _TIMEOUT}
+                if namespace:
+                    return self._body(self._core.list_namespaced_pod(namespace, **common))
+                return self._body(self._core.list_pod_for_all_namespaces(**common))
+
+            page, token = decode_pod_list(self._run(fetch, what=f"list pods ({node_name or namespace or 'all'})"))
+            pods.extend(page)
+            if not token:
+                return pods
+
+    @requires_kube("", "pods", "get")
+    def get_pod(self, namespace: str, name: str) -> PodView | None:
+        try:
+            data = self._run(lambda: self._body(self._core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT)), what=f"get pod {namespace}/{name}")
+        except NotFound:
+            return None
+        return decode_pod(data)
+
+    @requires_kube("", "pods/eviction", "create")
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult:
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": int(grace_period_seconds)}
+
+        def post() -> EvictionResult:
+            try:
+                self._body(self._core.create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False, _request_timeout=_TIMEOUT))
+            except ApiException as error:
+                message, _ = _status_message(error.body)
+                if error.status == 429:
+                    return EvictionResult("blocked", message or "eviction refused (429)", _retry_after(error.headers))
+                if error.status == 404:
+                    return EvictionResult("gone", message)
+                if error.status == 500 and "more than one poddisruptionbudget" in message.lower():
+                    return EvictionResult("blocked", message)  # a configuration problem; never forced
+                raise
+            return EvictionResult("evicted")
+
+        return self._run(post, what=f"evict {namespace}/{name}")
+
+    @requires_kube("policy", "poddisruptionbudgets", "list")
+    def list_pdbs(self, namespace: str | None = None) -> list[Mapping[str, Any]]:
+        def fetch() -> bytes:
+            if namespace:
+                return self._body(self._policy.list_namespaced_pod_disruption_budget(
+                    namespace, _preload_content=False, _request_timeout=_TIMEOUT))
+            return self._body(self._policy.list_pod_disruption_budget_for_all_namespaces(
+                _preload_content=False, _request_timeout=_TIMEOUT))
+
+        doc = json.loads(self._run(fetch, what=f"list PDBs ({namespace or 'all'})") or b"{}")
+        return list(doc.get("items") or [])
+
+    # -- events
+
+    @requires_kube("", "events", "create")
+    def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
+                     action: str = "", correlation_id: str = "") -> None:
+        name = node if isinstance(node, str) else node.name
+        uid = "" if isinstance(node, str) else node.uid
+        now = self._now()
+        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "name": name}
+        if uid:
+            involved["uid"] = uid
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": "default",
+                         "annotations": {"gpu-fleet-steward/correlation-id": correlation_id} if correlation_id else {}},
+            "involvedObject": involved, "reason": reason, "message": message[:1024], "type": type_,
+            "action": action or reason, "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT, "reportingInstance": EVENT_COMPONENT,
+            "firstTimestamp": _rfc3339(now), "lastTimestamp": _rfc3339(now), "count": 1,
+        }
+        try:
+            _call(lambda: self._core.create_namespaced_event("default", body, _preload_content=False,
+                                                             _request_timeout=_TIMEOUT).data,
+                  what=f"event {reason} on node {name}")
+        except Exception as error:  # events are auxiliary: log and carry on
+            log.warning("could not record a Kubernetes event", extra={"node": name, "reason": reason,
+                                                                      "error": str(error)[:300]})
+
+    # -- leases
+
+    @requires_kube("coordination.k8s.io", "leases", "get", "create", "update")
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int,
+                      namespace: str = DEFAULT_LEASE_NAMESPACE) -> bool:
+        """Take or renew the lease; False when someone else holds it or won the race."""
+        now = self._now()
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": int(duration_s),
+                "renewTime": _rfc3339(now, micro=True)}
+        what = f"lease {namespace}/{name}"
+        try:
+            current = json.loads(self._run(lambda: self._body(self._custom.get_namespaced_custom_object(
+                *_LEASES[:2], namespace, _LEASES[2], name, _preload_content=False, _request_timeout=_TIMEOUT)), what=what))
+        except NotFound:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {**spec, "acquireTime": _rfc3339(now, micro=True), "leaseTransitions": 0}}
+            try:
+                _call(lambda: self._body(self._custom.create_namespaced_custom_object(
+                    *_LEASES[:2], namespace, _LEASES[2], body, _preload_content=False, _request_timeout=_TIMEOUT)), what=what)
+            except Conflict:
+                return False
+            return True
+        held = current.get("spec") or {}
+        other = held.get("holderIdentity") or ""
+        renewed = _parse_time(held.get("renewTime")) or _parse_time(held.get("acquireTime")) or 0.0
+        expired = renewed + float(held.get("leaseDurationSeconds") or 0) <= now
+        if other and other != holder and not expired:
+            return False
+        new_spec = dict(held)
+        new_spec.update(spec)
+        if other != holder:
+            new_spec["acquireTime"] = _rfc3339(now, micro=True)
+            new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace,
+                             "resourceVersion": (current.get("metadata") or {}).get("resourceVersion", "")},
+                "spec": new_spec}
+        try:
+            _call(lambda: self._body(self._custom.replace_namespaced_custom_object(
+                *_LEASES[:2], namespace, _LEASES[2], name, body, _preload_content=False, _request_timeout=_TIMEOUT)), what=what)
+        except (Conflict, NotFound):
+            return False
+        return True
+
+    @requires_kube("coordination.k8s.io", "leases", "get", "update")
+    def release_lease(self, name: str, *, holder: str, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:
+        """Give the lease up if we hold it (clears the holder; the object stays for the next taker)."""
+        what = f"lease {namespace}/{name}"
+        try:
+            current = json.loads(self._run(lambda: self._body(self._custom.get_namespaced_custom_object(
+                *_LEASES[:2], namespace, _LEASES[2], name, _preload_content=False, _request_timeout=_TIMEOUT)), what=what))
+        except NotFound:
+            return
+        held = dict(current.get("spec") or {})
+        if held.get("holderIdentity") != holder:
+            return
+        held["holderIdentity"] = None
+        held["renewTime"] = None
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace,
+                             "resourceVersion": (current.get("metadata") or {}).get("resourceVersion", "")},
+                "spec": held}
+        try:
+            _call(lambda: self._body(self._custom.replace_namespaced_custom_object(
+                *_LEASES[:2], namespace, _LEASES[2], name, body, _preload_content=False, _request_timeout=_TIMEOUT)), what=what)
+        except (Conflict, NotFound):
+            return  # someone took it over meanwhile: it is not ours to release any more
+
+    # -- objects (Jobs, Karpenter)
+
+    def _object_args(self, api_version: str, kind: str, namespace: str | None) -> tuple[str, str, str, str | None]:
+        group, version, plural, namespaced = _kind_of(api_version, kind)
+        if namespaced and not namespace:
+            namespace = "default"
+        return group, version, plural, namespace if namespaced else None
+
+    def _create(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = obj.get("metadata") or {}
+        group, version, plural, ns = self._object_args(str(obj.get("apiVersion", "")), str(obj.get("kind", "")),
+                                                       meta.get("namespace"))
+        body = dict(obj)
+        if ns is not None:
+            response = self._custom.create_namespaced_custom_object(
+                group, version, ns, plural, body, field_manager=FIELD_MANAGER,
+                _preload_content=False, _request_timeout=_TIMEOUT)
+        else:
+            response = self._custom.create_cluster_custom_object(
+                group, version, plural, body, field_manager=FIELD_MANAGER,
+                _preload_content=False, _request_timeout=_TIMEOUT)
+        return dict(json.loads(self._body(response) or b"{}"))
+
+    @requires_kube("batch", "jobs", "create")
+    @requires_kube("karpenter.sh", "nodepools", "create")
+    @requires_kube("karpenter.azure.com", "aksnodeclasses", "create")
+    def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        name = (obj.get("metadata") or {}).get("name", "")
+        return self._run(lambda: self._create(obj), what=f"create {obj.get('kind')} {name}")
+
+    @requires_kube("batch", "jobs", "get", "create", "update")
+    @requires_kube("karpenter.sh", "nodepools", "get", "create", "update")
+    @requires_kube("karpenter.azure.com", "aksnodeclasses", "get", "create", "update")
+    def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = dict(obj.get("metadata") or {})
+        api_version, kind, name = str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("name", ""))
+        group, version, plural, ns = self._object_args(api_version, kind, meta.get("namespace"))
+        what = f"apply {kind} {name}"
+
+        def once() -> Mapping[str, Any]:
+            existing = self._get(api_version, kind, name, ns)
+            if existing is None:
+                try:
+                    return self._create(obj)
+                except Exception as error:
+                    mapped = map_kube_error(error, what=what)
+                    if not isinstance(mapped, Conflict):
+                        raise
+                    existing = self._get(api_version, kind, name, ns)
+                    if existing is None:
+                        raise Transient(f"{what}: created and deleted concurrently") from error
+            body = dict(obj)
+            body["metadata"] = {**meta, "resourceVersion": (existing.get("metadata") or {}).get("resourceVersion")}
+            if ns is not None:
+                response = self._custom.replace_namespaced_custom_object(
+                    group, version, ns, plural, name, body, field_manager=FIELD_MANAGER,
+                    _preload_content=False, _request_timeout=_TIMEOUT)
+            else:
+                response = self._custom.replace_cluster_custom_object(
+                    group, version, plural, name, body, field_manager=FIELD_MANAGER,
+                    _preload_content=False, _request_timeout=_TIMEOUT)
+            return dict(json.loads(self._body(response) or b"{}"))
+
+        return self._run(once, what=what)
+
+    def _get(self, api_version: str, kind: str, name: str, namespace: str | None) -> Mapping[str, Any] | None:
+        group, version, plural, ns = self._object_args(api_version, kind, namespace)
+        try:
+            if ns is not None:
+                response = _call(lambda: self._custom.get_namespaced_custom_object(
+                    group, version, ns, plural, name, _preload_content=False, _request_timeout=_TIMEOUT),
+                    what=f"get {kind} {name}")
+            else:
+                response = _call(lambda: self._custom.get_cluster_custom_object(
+                    group, version, plural, name, _preload_content=False, _request_timeout=_TIMEOUT),
+                    what=f"get {kind} {name}")
+        except NotFound:
+            return None
+        return dict(json.loads(self._body(response) or b"{}"))
+
+    @requires_kube("batch", "jobs", "get")
+    @requires_kube("karpenter.sh", "nodepools", "get")
+    @requires_kube("karpenter.azure.com", "aksnodeclasses", "get")
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
+        return self._run(lambda: self._get(api_version, kind, name, namespace), what=f"get {kind} {name}")
+
+    @requires_kube("batch", "jobs", "delete")
+    @requires_kube("karpenter.sh", "nodepools", "delete")
+    @requires_kube("karpenter.azure.com", "aksnodeclasses", "delete")
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        group, version, plural, ns = self._object_args(api_version, kind, namespace)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+
+        def delete() -> None:
+            if ns is not None:
+                self._body(self._custom.delete_namespaced_custom_object(
+                    group, version, ns, plural, name, body=options, _preload_content=False,
+                    _request_timeout=_TIMEOUT))
+            else:
+                self._body(self._custom.delete_cluster_custom_object(
+                    group, version, plural, name, body=options, _preload_content=False,
+                    _request_timeout=_TIMEOUT))
+
+        try:
+            self._run(delete, what=f"delete {kind} {name}")
+        except NotFound:
+            return

@@ -1,0 +1,808 @@
+"""Migrating an unmanaged GPU pool to a managed one: the planner and the record's step function.
+
+AKS cannot turn an existing GPU pool into a managed one (seed), so each migration creates a
+replacement (cloned by :mod:`shared.pool_clone`), proves its GPU stack works (:mod:`shared.stack`),
+checks that the old pool's pods would fit on it, cordons and drains the old nodes in batches
+through the Eviction API (:mod:`shared.drain`), and deletes the old pool only once no workload pod
+remains on it. Each migration is one ledger record; the reconciler calls :func:`advance` to take
+one short step, which re-observes ARM and Kubernetes first, so a repeated or resumed step after a
+crash does nothing twice. States and events are documented in docs/migration.md.
+
+``run_planner`` (the timer) turns the plan of :mod:`shared.migration_plan` into records: the record
+id is derived from (cluster, pool), so create-if-absent guarantees one migration per pool even when
+two hosts plan at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from shared import migration_plan
+from shared.errors import Conflict, Invalid, NotFound, StewardError
+from shared.maintenance import window_open
+from shared.migration_plan import ACTIVE_STATES, KIND, TERMINAL_STATES, Plan, PlanItem
+from shared.migration_policy import MigrationPolicy
+from shared.pool_clone import TAG_MIGRATED_FROM, frozen_old_pool
+from shared.ports import KubePort, NodeView, PodView, PoolInfo, Record, Taint
+
+if TYPE_CHECKING:
+    from shared.context import Context
+
+__all__ = ["ACTIVE_STATES", "KIND", "TERMINAL_STATES", "advance", "observe_plan", "run_planner"]
+
+log = logging.getLogger("steward.migration")
+
+MIGRATION_ANNOTATION = "gpu-fleet-steward/migration"  # value: the record id of the migration that cordoned
+EVENT_PREFIX = "Steward.Migration."
+PAUSE_RECHECK_S = 60.0
+MAX_CHAINED_SUBSTEPS = 4
+POOL_LABEL = "kubernetes.azure.com/agentpool"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+QUOTA_CODES = ("QuotaExceeded", "InsufficientVCPUQuota", "ErrCode_InsufficientVCPUQuota")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _policy(ctx: Context) -> MigrationPolicy:
+    return getattr(ctx.settings, "migration", None) or MigrationPolicy()
+
+
+def _subject(cluster_id: str, pool: str, node: str | None = None) -> str:
+    return f"{cluster_id}/agentPools/{pool}" + (f"/nodes/{node}" if node else "")
+
+
+def _publish(ctx: Context, record: Record, what: str, **extra: Any) -> None:
+    """Best effort: an event that cannot be published never stops a migration (the record is the truth)."""
+    data = {"migration": record.id, "cluster": record.data.get("cluster_id"), "pool": record.data.get("pool"),
+            "replacement": record.data.get("replacement"), "state": record.state,
+            "strategy": record.data.get("strategy"), "progress": record.data.get("progress"), **extra}
+    # The id is derived from what happened, so a step repeated after a crash publishes the same id
+    # (consumers dedupe on it) while different steps never share one.
+    fingerprint = f"{record.id}|{what}|{record.state}|{extra.get('previous', '')}|{extra.get('note', '')}"
+    event_id = f"{record.id}-{what}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
+    try:
+        ctx.events.publish(type_=EVENT_PREFIX + what,
+                           subject=_subject(str(record.data.get("cluster_id")), str(record.data.get("pool"))),
+                           data=data, id_=event_id)
+    except StewardError as exc:
+        log.warning("could not publish %s for migration %s: %s", what, record.id, exc)
+
+
+def _node_event(kube: KubePort, node: NodeView | str, record: Record, reason: str, message: str) -> None:
+    kube.create_event(node=node, reason=reason, message=message, action="Migrate", correlation_id=record.id)
+
+
+def _is_quota(exc: Invalid) -> bool:
+    return (exc.code or "") in QUOTA_CODES or "quota" in str(exc.reason).lower()
+
+
+def _digitless(text: str) -> str:
+    return re.sub(r"-?\d+", "#", text)
+
+
+def _wait(record: Record, *, now: float, until: float, why: str) -> Record:
+    """Stay in the state; note why (history only when the reason changes, so waits do not flood it)."""
+    data = dict(record.data)
+    data["waiting"] = why
+    history = record.history
+    if _digitless(str(record.data.get("waiting") or "")) != _digitless(why):
+        history = [*history, {"at": now, "state": record.state, "note": why}][-50:]
+    return msgspec.structs.replace(record, data=data, history=history, next_at=until, updated_at=now)
+
+
+def _move(ctx: Context, record: Record, state: str, *, now: float, note: str, **data: Any) -> Record:
+    moved = record.moved(state, at=now, note=note, **{**data, "waiting": ""})
+    _publish(ctx, moved, "Step", previous=record.state, note=note)
+    return moved
+
+
+def _finish(ctx: Context, record: Record, state: str, *, now: float, note: str, event: str, **data: Any) -> Record:
+    done = record.moved(state, at=now, note=note, **{**data, "waiting": ""})
+    _publish(ctx, done, "Step", previous=record.state, note=note)
+    _publish(ctx, done, event, reason=note)
+    return done
+
+
+def _window(ctx: Context, record: Record, *, now: float, policy: MigrationPolicy) -> Record | None:
+    """A waiting copy when the maintenance window is closed, else None (writes may go ahead)."""
+    cluster_id = str(record.data["cluster_id"])
+    configs = ctx.access.aks().list_maintenance_configurations(cluster_id)
+    is_open, next_open, why = window_open(configs, now=now, policy=policy)
+    if is_open:
+        return None
+    until = next_open if next_open is not None else now + 3600.0
+    return _wait(record, now=now, until=until, why=f"paused between steps: {why}")
+
+
+def _pool_nodes(kube: KubePort, pool: str) -> list[NodeView]:
+    return sorted(kube.list_nodes(label_selector=f"{POOL_LABEL}={pool}"), key=lambda n: n.name)
+
+
+def _workload_pods(kube: KubePort, node: str) -> list[PodView]:
+    """Pods that must leave before the node's pool may go: not DaemonSet, not mirror, not completed."""
+    from shared import drain
+
+    out = []
+    for pod in kube.list_pods(node_name=node):
+        if pod.node_name not in ("", node):
+            continue
+        if drain.skip_daemonset(pod).delete and drain.skip_mirror(pod).delete and drain.skip_completed(pod).delete:
+            out.append(pod)
+    return out
+
+
+def _progress(record: Record, **extra: Any) -> dict[str, Any]:
+    total = int(record.data.get("nodes_total") or record.data.get("node_count") or 0)
+    drained = len(record.data.get("drained") or [])
+    batch = max(1, int(record.data.get("batch_size") or 1))
+    batches = (total + batch - 1) // batch if total else 0
+    current = min(batches, drained // batch + (1 if record.data.get("batch") else 0))
+    return {"nodes_drained": drained, "nodes_total": total, "batch": current, "batches": batches,
+            "phase": record.data.get("phase", ""), **extra}
+
+
+# --------------------------------------------------------------------------- fit check (pure)
+
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+          "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity as a number ("500m" -> 0.5, "1Gi" -> 1073741824)."""
+    match = re.fullmatch(r"\s*([0-9.eE+-]+?)([A-Za-z]{0,2})\s*", str(text))
+    if not match:
+        return 0.0
+    try:
+        return float(match.group(1)) * _UNITS.get(match.group(2), 1.0)
+    except ValueError:
+        return 0.0
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    for tol in tolerations:
+        effect = tol.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key, op = tol.get("key") or "", tol.get("operator") or "Equal"
+        if not key and op == "Exists":
+            return True
+        if key != taint.key:
+            continue
+        if op == "Exists" or (tol.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op, values = expr.get("key", ""), expr.get("operator", ""), [str(v) for v in expr.get("values") or []]
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and values:
+        try:
+            left, right = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return left > right if op == "Gt" else left < right
+    return False
+
+
+def _affinity_matches(affinity: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    required = (((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    return any(all(_expression_matches(e, labels) for e in (term.get("matchExpressions") or [])) for term in terms)
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What a pod's scheduling constraints are checked against: one (real or predicted) node."""
+
+    labels: Mapping[str, str]
+    taints: Sequence[Taint]
+    allocatable: Mapping[str, str]
+
+
+def _pod_misfit(pod: PodView, shape: NodeShape) -> str:
+    """Why ``pod`` cannot run on a node shaped like ``shape`` ("" = it can)."""
+    hard = [t for t in shape.taints if t.effect in ("NoSchedule", "NoExecute") and not t.key.startswith("node.kubernetes.io/")]
+    untolerated = [t.key for t in hard if not _tolerates(pod.tolerations, t)]
+    if untolerated:
+        return f"does not tolerate the replacement's taint(s) {', '.join(untolerated)}"
+    wrong = sorted(k for k, v in pod.node_selector.items() if shape.labels.get(k) != v)
+    if wrong:
+        return "selects node labels the replacement does not carry: " + ", ".join(f"{k}={pod.node_selector[k]}" for k in wrong)
+    if not _affinity_matches(pod.affinity, shape.labels):
+        return "has a required node affinity the replacement's nodes do not match"
+    for resource, amount in sorted(pod.requests.items()):
+        if resource in shape.allocatable and quantity(amount) > quantity(shape.allocatable[resource]):
+            return f"requests {resource}={amount}, more than one node offers ({shape.allocatable[resource]})"
+    return ""
+
+
+def fit_problems(pods: Sequence[PodView], *, shapes: Sequence[NodeShape], node_count: int) -> list[str]:
+    """Why these pods would not run on the replacement's nodes (empty = they fit).
+
+    A pod fits when at least one of the replacement's node ``shapes`` (nodes differ by zone) takes
+    it: every NoSchedule/NoExecute taint tolerated, nodeSelector and required node affinity matched,
+    each request within one node's allocatable. Together, the pods' GPU requests must fit the
+    replacement's GPUs (``node_count`` nodes of the size of ``shapes``).
+    """
+    problems: list[str] = []
+    if not shapes:
+        return problems if not pods else [f"the replacement has no node to check {len(pods)} pods against"]
+    gpu_total = max(quantity(s.allocatable.get("nvidia.com/gpu", "0")) for s in shapes) * node_count
+    gpu_wanted = 0.0
+    for pod in pods:
+        misfits = [_pod_misfit(pod, shape) for shape in shapes]
+        if all(misfits):
+            problems.append(f"pod {pod.namespace}/{pod.name} {misfits[0]}")
+        gpu_wanted += quantity(pod.requests.get("nvidia.com/gpu", "0"))
+    if gpu_wanted > gpu_total:
+        problems.append(f"the pods request {gpu_wanted:g} GPUs; the replacement offers {gpu_total:g}")
+    return problems
+
+
+def predicted_labels(old_node: NodeView, *, old_pool: str, new_pool: str) -> dict[str, str]:
+    """The labels a replacement node will carry, from an old node's (before the replacement exists)."""
+    out = {k: v for k, v in old_node.labels.items() if k not in ("kubernetes.io/hostname",)}
+    for key in (POOL_LABEL, "agentpool"):
+        if out.get(key) == old_pool:
+            out[key] = new_pool
+    out["kubernetes.azure.com/dcgm-exporter"] = "enabled"
+    return out
+
+
+def parse_taints(texts: Sequence[str]) -> list[Taint]:
+    out = []
+    for text in texts:
+        kv, _, effect = str(text).rpartition(":")
+        key, _, value = kv.partition("=")
+        out.append(Taint(key=key, value=value, effect=effect))
+    return out
+
+
+def _body_taints(body: Mapping[str, Any]) -> list[Taint]:
+    taints = parse_taints(body.get("nodeTaints") or [])
+    if body.get("scaleSetPriority") == "Spot" and not any(t.key == "kubernetes.azure.com/scalesetpriority" for t in taints):
+        taints.append(Taint(key="kubernetes.azure.com/scalesetpriority", value="spot", effect="NoSchedule"))
+    return taints
+
+
+def _old_pods(kube: KubePort, nodes: Sequence[NodeView]) -> list[PodView]:
+    from shared import drain
+
+    pods = [p for n in nodes for p in _workload_pods(kube, n.name)]
+    return [p for p in pods if drain.skip_terminating(p).delete]
+
+
+# --------------------------------------------------------------------------- planner
+
+
+def _observe(ctx: Context) -> tuple[list[Any], dict[str, list[PoolInfo]], dict[str, list[Mapping[str, Any]]]]:
+    from shared import scope
+
+    aks = ctx.access.aks()
+    clusters = []
+    pools: dict[str, list[PoolInfo]] = {}
+    maintenance: dict[str, list[Mapping[str, Any]]] = {}
+    for cluster in scope.discover(aks, ctx.settings):
+        try:
+            pools[cluster.id] = aks.list_pools(cluster.id)
+            try:
+                maintenance[cluster.id] = list(aks.list_maintenance_configurations(cluster.id))
+            except NotFound:
+                maintenance[cluster.id] = []
+        except StewardError as exc:  # one unreadable cluster never hides the rest of the fleet's plan
+            log.warning("cluster %s left out of the migration plan: %s", cluster.id, exc)
+            continue
+        clusters.append(cluster)
+    return clusters, pools, maintenance
+
+
+def observe_plan(ctx: Context) -> Plan:
+    """Discover and plan, changing nothing (the CLI's ``plan``)."""
+    clusters, pools, maintenance = _observe(ctx)
+    return migration_plan.plan(clusters, pools, migrations=ctx.ledger.list(KIND), maintenance_by_cluster=maintenance,
+                               policy=_policy(ctx), now=ctx.clock.now())
+
+
+def record_for(item: PlanItem, *, now: float) -> Record:
+    data = {"cluster_id": item.cluster_id, "cluster_name": item.cluster_name, "location": item.location,
+            "pool": item.pool, "replacement": item.replacement, "vm_size": item.vm_size,
+            "node_count": item.node_count, "strategy": item.strategy, "strategy_reason": item.strategy_reason,
+            "batch_size": item.batch_size, "family": item.family, "vcpus_per_node": item.vcpus_per_node,
+            "gpus_per_node": item.gpus_per_node, "order": item.order, "body": item.body,
+            "drained": [], "removed": [], "batch": [], "phase": "drain"}
+    return Record(kind=KIND, id=item.record_id, state="planned", data=data, next_at=now, created_at=now,
+                  updated_at=now, history=[{"at": now, "state": "planned", "note": item.strategy_reason}])
+
+
+def run_planner(ctx: Context) -> Plan:
+    """The timer: plan, then record each planned item (create-if-absent) when migrations are enabled."""
+    plan = observe_plan(ctx)
+    policy = _policy(ctx)
+    if not policy.enabled or getattr(ctx.settings, "paused", False):
+        log.info("migration plan (not started: %s): %d items, %d skipped",
+                 "STEWARD_PAUSED" if policy.enabled else "MIGRATION_ENABLED=false", len(plan.items), len(plan.skipped))
+        return plan
+    now = ctx.clock.now()
+    for item in plan.items:
+        try:
+            created = ctx.ledger.create(record_for(item, now=now))
+        except Conflict:
+            log.info("migration %s already recorded by another instance", item.record_id)
+            continue
+        _publish(ctx, created, "Planned", order=item.order, vm_size=item.vm_size, node_count=item.node_count,
+                 strategy_reason=item.strategy_reason)
+    return plan
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _started_elsewhere(ctx: Context, record: Record) -> int:
+    return sum(1 for r in ctx.ledger.list(KIND, states=sorted(ACTIVE_STATES - {"planned"})) if r.id != record.id)
+
+
+def _put_replacement(ctx: Context, record: Record, *, count: int) -> None:
+    body = dict(record.data["body"])
+    body["count"] = count
+    ctx.access.aks().begin_put_pool(str(record.data["cluster_id"]), str(record.data["replacement"]), {"properties": body})
+
+
+def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    waiting = _window(ctx, record, now=now, policy=policy)
+    if waiting is not None:
+        return waiting
+    if _started_elsewhere(ctx, record) >= policy.max_concurrent:
+        return _wait(record, now=now, until=now + policy.poll_interval_s * 4,
+                     why=f"fleet cap of {policy.max_concurrent} concurrent migrations reached")
+    aks = ctx.access.aks()
+    cluster_id, pool, new = str(record.data["cluster_id"]), str(record.data["pool"]), str(record.data["replacement"])
+    old = aks.get_pool(cluster_id, pool)
+    if old is None:
+        return _finish(ctx, record, "blocked", now=now, note=f"the old pool {pool} no longer exists", event="Blocked",
+                       reason=f"the old pool {pool} no longer exists")
+    if old.management_mode == "Managed":
+        return _finish(ctx, record, "done", now=now, note="the pool is already managed: nothing to do", event="Completed")
+    if old.provisioning_state != "Succeeded":
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
+    existing = aks.get_pool(cluster_id, new)
+    if existing is not None and (existing.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) != pool:
+        reason = f"a pool named {new} exists and was not created by this migration"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+    kube = ctx.access.kube(cluster_id)
+    old_nodes = _pool_nodes(kube, pool)
+    if existing is None and old_nodes:
+        body = record.data["body"]
+        shapes = [NodeShape(predicted_labels(n, old_pool=pool, new_pool=new), _body_taints(body), n.allocatable)
+                  for n in old_nodes]
+        problems = fit_problems(_old_pods(kube, old_nodes), shapes=shapes, node_count=int(body.get("count") or 0))
+        if problems:
+            reason = "the old pool's pods would not fit the replacement: " + "; ".join(problems[:5])
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+    strategy = str(record.data["strategy"])
+    full = int(record.data["body"].get("count") or 0)
+    batch = int(record.data["batch_size"])
+    switched: dict[str, Any] = {}
+    if existing is None:
+        count = full if strategy == "surge" else min(full, batch)
+        try:
+            _put_replacement(ctx, record, count=count)
+        except Invalid as exc:
+            if not _is_quota(exc) or strategy != "surge":
+                reason = f"creating the replacement was refused: {exc.reason}"
+                return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+            strategy, count = "rolling", min(full, batch)
+            switched = {"strategy": "rolling", "strategy_switched": f"surge refused by quota ({exc.reason}); switched to rolling"}
+            try:
+                _put_replacement(ctx, record, count=count)
+            except Invalid as again:
+                reason = f"GPU quota cannot hold one batch of the replacement: {again.reason}"
+                return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason, **switched)
+    else:
+        count = existing.count
+        if strategy == "surge" and count < full:
+            # A crash after a quota-driven switch lost the record's copy of it: the pool says rolling.
+            switched = {"strategy": "rolling",
+                        "strategy_switched": f"the replacement exists with {count} of {full} nodes: continuing rolling"}
+    moved = _move(ctx, record, "creating", now=now, note=switched.get("strategy_switched", f"creating {new} with {count} nodes"),
+                  replacement_count=count, create_deadline=now + policy.create_timeout_s, **switched)
+    _publish(ctx, moved, "Started", replacement_count=count)
+    return moved
+
+
+def _step_creating(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    new = ctx.access.aks().get_pool(str(record.data["cluster_id"]), str(record.data["replacement"]))
+    deadline = float(record.data.get("create_deadline") or now)
+    if new is None:
+        if now > deadline:
+            return _move(ctx, record, "rolling_back", now=now, note="the replacement never appeared",
+                         reason="replacement never appeared")
+        return _move(ctx, record, "planned", now=now, note="the replacement is not there: creating it again")
+    state = new.provisioning_state
+    if state == "Succeeded":
+        return _move(ctx, record, "validating", now=now, note=f"{new.name} provisioned; validating its GPU stack",
+                     validate_deadline=now + policy.validate_timeout_s)
+    if state in ("Failed", "Canceled") or now > deadline:
+        reason = f"the replacement is {state}" if state in ("Failed", "Canceled") else "the replacement took too long to create"
+        return _move(ctx, record, "rolling_back", now=now, note=reason, reason=reason)
+    return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"replacement is {state}")
+
+
+def _step_validating(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    from shared.stack import evaluate_stack
+
+    cluster_id, pool, name = str(record.data["cluster_id"]), str(record.data["pool"]), str(record.data["replacement"])
+    new = ctx.access.aks().get_pool(cluster_id, name)
+    if new is None:
+        return _move(ctx, record, "rolling_back", now=now, note="the replacement disappeared", reason="replacement disappeared")
+    kube = ctx.access.kube(cluster_id)
+    nodes = _pool_nodes(kube, name)
+    report = evaluate_stack(pool=new, nodes=nodes, expected_count=int(record.data.get("replacement_count") or 0), now=now)
+    if not report.ok:
+        if now > float(record.data.get("validate_deadline") or now):
+            reason = "the replacement did not become healthy: " + "; ".join(report.problems[:5])
+            return _move(ctx, record, "rolling_back", now=now, note=reason, reason=reason)
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why="; ".join(report.problems[:3]))
+    if nodes:
+        old_nodes = _pool_nodes(kube, pool)
+        shapes = [NodeShape(n.labels, n.taints, n.allocatable) for n in nodes]
+        # A rolling replacement starts with one batch, in fewer zones than it will span; it has the
+        # old pool's availabilityZones, so its nodes will also come up in every zone the old ones are in.
+        zones = sorted({n.labels[ZONE_LABEL] for n in old_nodes if ZONE_LABEL in n.labels})
+        shapes += [NodeShape({**nodes[0].labels, ZONE_LABEL: z}, nodes[0].taints, nodes[0].allocatable) for z in zones]
+        problems = fit_problems(_old_pods(kube, old_nodes), shapes=shapes,
+                                node_count=int(record.data["body"].get("count") or 0))
+        if problems:
+            reason = "the old pool's pods would not fit the replacement: " + "; ".join(problems[:5])
+            return _move(ctx, record, "rolling_back", now=now, note=reason, reason=reason, final="blocked")
+    return _move(ctx, record, "cordoning", now=now, note=f"{name} is healthy ({report.ready_nodes} nodes, "
+                 f"{report.gpu_allocatable} GPUs)")
+
+
+def _cordon(kube: KubePort, node: NodeView, record: Record) -> NodeView:
+    patched = kube.patch_node(node.name, {"metadata": {"annotations": {MIGRATION_ANNOTATION: record.id}},
+                                          "spec": {"unschedulable": True}})
+    _node_event(kube, node, record, "MigrationCordoned",
+                f"cordoned to migrate pool {record.data['pool']} to managed pool {record.data['replacement']}")
+    return patched
+
+
+def _ours(node: NodeView, record: Record) -> bool:
+    return node.annotations.get(MIGRATION_ANNOTATION) == record.id
+
+
+def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    waiting = _window(ctx, record, now=now, policy=policy)
+    if waiting is not None:
+        return waiting
+    aks = ctx.access.aks()
+    cluster_id, pool = str(record.data["cluster_id"]), str(record.data["pool"])
+    old = aks.get_pool(cluster_id, pool)
+    if old is None:
+        reason = f"the old pool {pool} disappeared during the migration"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+    if old.provisioning_state != "Succeeded":
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
+    if old.properties.get("enableAutoScaling"):
+        # Freeze the old pool's autoscaler so it neither adds nodes for evicted pods nor fights deletions.
+        aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(old, enable_autoscaling=False)})
+        frozen = {"min": old.properties.get("minCount"), "max": old.properties.get("maxCount")}
+        return _wait(msgspec.structs.replace(record, data={**record.data, "autoscaler_was": frozen}),
+                     now=now, until=now + policy.poll_interval_s, why="turning the old pool's autoscaler off")
+    kube = ctx.access.kube(cluster_id)
+    nodes = _pool_nodes(kube, pool)
+    ours: list[str] = []
+    for node in nodes:
+        if not node.unschedulable:
+            node = _cordon(kube, node, record)
+        if _ours(node, record):
+            ours.append(node.name)
+    data = {"cordoned": ours, "nodes_total": len(nodes), "phase": "drain", "batch": []}
+    moved = record.moved("draining", at=now, note=f"cordoned {len(ours)} of {len(nodes)} old nodes", **{**data, "waiting": ""})
+    moved = msgspec.structs.replace(moved, data={**moved.data, "progress": _progress(moved)})
+    _publish(ctx, moved, "Step", previous=record.state, note=f"cordoned {len(ours)} old nodes")
+    return moved
+
+
+def _drain_policy(policy: MigrationPolicy) -> Any:
+    from shared.remediation_policy import RemediationPolicy
+
+    return RemediationPolicy(drain_timeout_s=policy.drain_timeout_s, empty_dir="evict", unmanaged_pods="refuse",
+                             eviction_retry_s=5.0, poll_s=min(policy.poll_interval_s, 20))
+
+
+def drain_nodes(ctx: Context, record: Record, nodes: Sequence[str], *, now: float,
+                policy: MigrationPolicy) -> tuple[dict[str, Any], str, float, list[str]]:
+    """One drain step over ``nodes`` with shared.drain (Eviction API only).
+
+    Returns (drain states by node, outcome "drained" | "timed_out" | "", wake-up time, messages).
+    """
+    from shared import drain
+
+    kube = ctx.access.kube(str(record.data["cluster_id"]))
+    dpolicy = _drain_policy(policy)
+    states: dict[str, Any] = dict(record.data.get("drain") or {})
+    outcomes: list[str] = []
+    wakes: list[float] = []
+    messages: list[str] = []
+    for name in nodes:
+        previous = drain.DrainState.from_data(states.get(name))
+        pods = kube.list_pods(node_name=name)
+        state, actions = drain.drain_step(node=name, pods=pods, previous=previous, now=now, policy=dpolicy)
+        by_uid = {p.uid: p for p in pods}
+        for action in actions:
+            result = kube.evict(action.namespace, action.name, grace_period_seconds=action.grace_period_seconds)
+            pod = by_uid.get(action.uid)
+            state = drain.record_eviction(state, action, result, now=now,
+                                          grace=pod.grace_period_seconds if pod else None, policy=dpolicy)
+        if actions and previous.started_at is None:
+            _node_event(kube, name, record, "MigrationDraining", f"evicting {len(actions)} pods (Eviction API, PDBs respected)")
+        states[name] = state.to_data()
+        outcomes.append(state.outcome)
+        if state.wake_at is not None:
+            wakes.append(state.wake_at)
+        messages += [f"{k}: {v}" for k, v in state.messages.items()]
+    if outcomes and all(o == "drained" for o in outcomes):
+        outcome = "drained"
+    elif any(o == "timed_out" for o in outcomes):
+        outcome = "timed_out"
+    else:
+        outcome = ""
+    return states, outcome, min(wakes) if wakes else now + policy.poll_interval_s, messages
+
+
+def _capacity_ok(ctx: Context, record: Record, batch: Sequence[str], *, old_nodes: Sequence[NodeView],
+                 policy: MigrationPolicy) -> tuple[bool, str]:
+    """Surge only: GPUs on Ready nodes (replacement + undrained old) minus the batch stay above the floor."""
+    from shared.stack import gpu_resources
+
+    if record.data.get("strategy") != "surge" or policy.capacity_floor_pct <= 0:
+        return True, ""
+    kube = ctx.access.kube(str(record.data["cluster_id"]))
+    drained = set(record.data.get("drained") or [])
+
+    def gpus(n: NodeView) -> int:
+        return sum(gpu_resources(n).values()) if n.ready else 0
+
+    per_node = int(record.data.get("gpus_per_node") or 0)
+    baseline = per_node * int(record.data.get("nodes_total") or len(old_nodes))
+    new_gpus = sum(gpus(n) for n in _pool_nodes(kube, str(record.data["replacement"])))
+    old_gpus = sum(gpus(n) for n in old_nodes if n.name not in drained and n.name not in batch)
+    floor = baseline * policy.capacity_floor_pct / 100.0
+    if new_gpus + old_gpus >= floor:
+        return True, ""
+    return False, f"GPU capacity {new_gpus + old_gpus} would drop below the floor {floor:g} ({policy.capacity_floor_pct}%)"
+
+
+def _drain_phase(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    kube = ctx.access.kube(str(record.data["cluster_id"]))
+    pool = str(record.data["pool"])
+    old_nodes = _pool_nodes(kube, pool)
+    present = {n.name for n in old_nodes}
+    drained = [n for n in record.data.get("drained") or []]
+    batch = [n for n in record.data.get("batch") or [] if n in present]
+    if not batch:
+        remaining = [n.name for n in old_nodes if n.name not in drained]
+        if not remaining:
+            return _move(ctx, record, "deleting", now=now, note="every old node is drained")
+        waiting = _window(ctx, record, now=now, policy=policy)
+        if waiting is not None:
+            return waiting
+        cordoned = list(record.data.get("cordoned") or [])
+        for node in old_nodes:  # a node that appeared or was uncordoned since: cordon it too
+            if not node.unschedulable:
+                _cordon(kube, node, record)
+                cordoned.append(node.name)
+        batch = remaining[: int(record.data["batch_size"])]
+        ok, why = _capacity_ok(ctx, record, batch, old_nodes=old_nodes, policy=policy)
+        if not ok:
+            return _wait(record, now=now, until=now + policy.poll_interval_s, why=why)
+        record = msgspec.structs.replace(record, data={**record.data, "batch": batch, "drain": {},
+                                                       "cordoned": sorted(set(cordoned))})
+    states, outcome, wake, messages = drain_nodes(ctx, record, batch, now=now, policy=policy)
+    data = {**record.data, "drain": states}
+    if outcome == "timed_out":
+        reason = "drain stalled past MIGRATION_DRAIN_TIMEOUT_S: " + "; ".join(messages[:5])
+        return _finish(ctx, msgspec.structs.replace(record, data=data), "blocked", now=now, note=reason,
+                       event="Blocked", reason=reason)
+    if outcome != "drained":
+        record = msgspec.structs.replace(record, data={**data, "progress": _progress(record)})
+        return _wait(record, now=now, until=max(now, wake), why="draining " + ", ".join(batch)
+                     + (f" ({messages[0]})" if messages else ""))
+    for name in batch:
+        _node_event(kube, name, record, "MigrationDrained", "no workload pod left on the node")
+    drained = sorted(set(drained) | set(batch))
+    remaining = [n for n in present if n not in drained]
+    rolling = record.data.get("strategy") == "rolling" and remaining
+    data.update(drained=drained, batch=[], drain={}, phase="shrink" if rolling else "drain",
+                shrinking=batch if rolling else [])
+    stepped = msgspec.structs.replace(record, data=data)
+    stepped = msgspec.structs.replace(stepped, data={**stepped.data, "progress": _progress(stepped)})
+    stepped = stepped.moved("draining", at=now, note=f"drained {', '.join(batch)}", waiting="")
+    _publish(ctx, stepped, "Step", previous="draining", note=f"drained {', '.join(batch)}")
+    return stepped
+
+
+def _shrink_phase(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    aks, cluster_id, pool = ctx.access.aks(), str(record.data["cluster_id"]), str(record.data["pool"])
+    victims = list(record.data.get("shrinking") or [])
+    present = [m.name for m in aks.list_machines(cluster_id, pool) if m.name in victims]
+    if not present:
+        removed = sorted(set(record.data.get("removed") or []) | set(victims))
+        data = {**record.data, "removed": removed, "shrinking": [], "shrink_sent": False, "phase": "grow"}
+        return _move(ctx, record, "draining", now=now, note=f"removed {', '.join(victims)} from {pool}", **data)
+    if not record.data.get("shrink_sent"):
+        kube = ctx.access.kube(cluster_id)
+        busy = [n for n in present if _workload_pods(kube, n)]
+        if busy:  # a pod landed there since the drain: drain again rather than kill it with the VM
+            data = {**record.data, "drained": [n for n in record.data.get("drained") or [] if n not in busy],
+                    "phase": "drain", "shrinking": []}
+            return _move(ctx, record, "draining", now=now, note=f"workload pods back on {', '.join(busy)}: draining again",
+                         **data)
+        aks.begin_delete_machines(cluster_id, pool, present)
+        record = msgspec.structs.replace(record, data={**record.data, "shrink_sent": True})
+    return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting machines {', '.join(present)}")
+
+
+def _grow_phase(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    from shared.stack import evaluate_stack
+
+    aks, cluster_id, name = ctx.access.aks(), str(record.data["cluster_id"]), str(record.data["replacement"])
+    total = int(record.data.get("nodes_total") or record.data["body"].get("count") or 0)
+    target = min(total, len(record.data.get("removed") or []) + int(record.data["batch_size"]))
+    target = max(target, int(record.data.get("replacement_count") or 0))
+    new = aks.get_pool(cluster_id, name)
+    if new is None:
+        reason = "the replacement disappeared during a rolling migration"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+    deadline = float(record.data.get("grow_deadline") or 0) or now + policy.validate_timeout_s
+    record = msgspec.structs.replace(record, data={**record.data, "grow_deadline": deadline})
+    if new.provisioning_state != "Succeeded":  # an operation is running (ours, most likely): never stack PUTs
+        if now > deadline:
+            reason = f"the replacement stayed {new.provisioning_state} while growing to {target} nodes"
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"{name} is {new.provisioning_state}")
+    if new.count < target:
+        waiting = _window(ctx, record, now=now, policy=policy)
+        if waiting is not None:
+            return waiting
+        try:
+            _put_replacement(ctx, record, count=target)
+        except Invalid as exc:
+            reason = f"growing the replacement to {target} nodes was refused: {exc.reason}"
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"growing {name} to {target} nodes")
+    nodes = _pool_nodes(ctx.access.kube(cluster_id), name)
+    report = evaluate_stack(pool=new, nodes=nodes, expected_count=target, now=now)
+    if not report.ok:
+        if now > deadline:
+            reason = f"the replacement did not become healthy at {target} nodes: " + "; ".join(report.problems[:5])
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why="; ".join(report.problems[:3]))
+    data = {**record.data, "phase": "drain", "replacement_count": target, "grow_deadline": 0}
+    return _move(ctx, record, "draining", now=now, note=f"{name} healthy at {target} nodes", **data)
+
+
+_PHASES = {"drain": _drain_phase, "shrink": _shrink_phase, "grow": _grow_phase}
+
+
+def _step_draining(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    # Sub-steps inside "draining" (next batch, shrink, grow) are chained in one call while they are
+    # immediately actionable, because the reconciler chains calls only on state changes; each sub-step
+    # still re-observes before it writes, and a batch being evicted always ends the call.
+    for _ in range(MAX_CHAINED_SUBSTEPS):
+        phase = str(record.data.get("phase") or "drain")
+        stepped = _PHASES[phase](ctx, record, now, policy)
+        if stepped.state != "draining" or stepped.next_at > now:
+            return stepped
+        record = stepped
+    return record
+
+
+def _step_deleting(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    aks, cluster_id, pool = ctx.access.aks(), str(record.data["cluster_id"]), str(record.data["pool"])
+    old = aks.get_pool(cluster_id, pool)
+    if old is None:
+        return _finish(ctx, record, "done", now=now, note=f"{pool} deleted; {record.data['replacement']} serves",
+                       event="Completed", progress=_progress(record))
+    if record.data.get("delete_sent") and old.provisioning_state == "Deleting":
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"{pool} is Deleting")
+    waiting = _window(ctx, record, now=now, policy=policy)
+    if waiting is not None:
+        return waiting
+    kube = ctx.access.kube(cluster_id)
+    nodes = _pool_nodes(kube, pool)
+    busy = [n.name for n in nodes if _workload_pods(kube, n.name)]
+    if busy:  # re-checked right before the DELETE: never delete a pool that still runs workload pods
+        data = {**record.data, "drained": [n for n in record.data.get("drained") or [] if n not in busy],
+                "phase": "drain", "batch": []}
+        return _move(ctx, msgspec.structs.replace(record, data=data), "draining", now=now,
+                     note=f"workload pods still on {', '.join(busy)}: draining again")
+    aks.begin_delete_pool(cluster_id, pool)
+    record = msgspec.structs.replace(record, data={**record.data, "delete_sent": True})
+    return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting {pool}")
+
+
+def _step_rolling_back(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
+    aks, cluster_id = ctx.access.aks(), str(record.data["cluster_id"])
+    pool, name = str(record.data["pool"]), str(record.data["replacement"])
+    kube = ctx.access.kube(cluster_id)
+    for node in _pool_nodes(kube, pool):  # uncordon only what this migration cordoned
+        if _ours(node, record):
+            kube.patch_node(node.name, {"metadata": {"annotations": {MIGRATION_ANNOTATION: None}},
+                                        "spec": {"unschedulable": False}})
+            _node_event(kube, node, record, "MigrationUncordoned", "migration rolled back: node serves again")
+    was = record.data.get("autoscaler_was")
+    old = aks.get_pool(cluster_id, pool)
+    if was and old is not None and not old.properties.get("enableAutoScaling") and old.provisioning_state == "Succeeded":
+        aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(
+            old, enable_autoscaling=True, min_count=was.get("min"), max_count=was.get("max"))})
+        record = msgspec.structs.replace(record, data={**record.data, "autoscaler_was": None})
+    new = aks.get_pool(cluster_id, name)
+    final = str(record.data.get("final") or "rolled_back")
+    if new is None:
+        event = "Blocked" if final == "blocked" else "RolledBack"
+        return _finish(ctx, record, final, now=now, note=f"{name} removed; {pool} serves again", event=event,
+                       reason=record.data.get("reason"), uncordoned=True)
+    if (new.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) != pool:
+        reason = f"{name} was not created by this migration: not deleted"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+    new_nodes = _pool_nodes(kube, name)
+    for node in new_nodes:  # nothing new may land on the replacement from now on (pods being recreated included)
+        if not node.unschedulable:
+            _cordon(kube, node, record)
+    busy = [n.name for n in new_nodes if _workload_pods(kube, n.name)]
+    if busy:  # never delete a pool that runs workload pods: move them back to the old pool first
+        states, _, wake, messages = drain_nodes(ctx, record, busy, now=now, policy=policy)
+        record = msgspec.structs.replace(record, data={**record.data, "drain": states})
+        return _wait(record, now=now, until=max(now, wake), why="moving pods back off the replacement: "
+                     + ("; ".join(messages[:2]) or ", ".join(busy)))
+    if not record.data.get("delete_sent") or new.provisioning_state != "Deleting":
+        aks.begin_delete_pool(cluster_id, name)
+        record = msgspec.structs.replace(record, data={**record.data, "delete_sent": True})
+    return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting the replacement {name}")
+
+
+_STEPS = {
+    "planned": _step_planned,
+    "creating": _step_creating,
+    "validating": _step_validating,
+    "cordoning": _step_cordoning,
+    "draining": _step_draining,
+    "deleting": _step_deleting,
+    "rolling_back": _step_rolling_back,
+}
+
+
+def advance(record: Record, ctx: Context) -> Record:
+    """One short, idempotent step of a migration; returns the record to save (the reconciler saves it)."""
+    if record.state in TERMINAL_STATES:
+        return record
+    now = ctx.clock.now()
+    policy = _policy(ctx)
+    if getattr(ctx.settings, "paused", False):
+        return _wait(record, now=now, until=now + PAUSE_RECHECK_S, why="STEWARD_PAUSED: no writes")
+    step = _STEPS.get(record.state)
+    if step is None:
+        raise Invalid(f"migration {record.id} is in an unknown state {record.state!r}")
+    return step(ctx, record, now, policy)
+

@@ -1,0 +1,131 @@
+"""A validated pool request as the AgentPool body ARM expects (pure).
+
+The body is built by hand in ARM's camelCase rather than through SDK models so that exactly the
+fields we mean are sent and nothing else: the seed warns that the default install profile is
+documented both ways, so ``gpuProfile.driver`` and ``gpuProfile.nvidia.managementMode`` are always
+sent explicitly. ``migStrategy`` exists only in preview api-versions (aks-api.md §1), so it is sent
+only when MIG is asked for, and the caller is told to use the preview api-version then.
+
+The steward's tags on the pool (request id, requester) are how a later step recognises a pool it
+created itself after a crash between "PUT sent" and "record saved".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shared.pool_request import PoolRequest, parse_taint
+
+PREVIEW_API_VERSION = "2026-08-02-preview"
+STABLE_API_VERSION = "2026-08-01"
+
+TAG_REQUEST_ID = "gpu-fleet-steward-request-id"
+TAG_REQUESTER = "gpu-fleet-steward-requester"
+TAG_MANAGED_GPU = "EnableManagedGPUExperience"  # the older node-pool tag AgentBaker's CSE reads (§1)
+
+SPOT_TAINT = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"  # AKS adds it to every spot pool
+
+
+def gpu_profile(req: PoolRequest) -> dict[str, Any]:
+    """``gpuProfile`` for the request's install profile.
+
+    managed: driver Install + Managed; driverOnly: Install + Unmanaged; none: driver None + Unmanaged.
+    """
+    nvidia: dict[str, Any] = {"managementMode": req.management_mode}
+    if req.mig_strategy != "None":
+        nvidia["migStrategy"] = req.mig_strategy
+    return {"driver": req.driver, "nvidia": nvidia}
+
+
+def steward_tags(req: PoolRequest) -> dict[str, str]:
+    tags = {TAG_REQUEST_ID: req.request_id, TAG_REQUESTER: req.requester}
+    if req.install_profile == "managed":
+        tags[TAG_MANAGED_GPU] = "true"
+    return tags
+
+
+def agent_pool_body(req: PoolRequest) -> tuple[dict[str, Any], bool]:
+    """The AgentPool PUT body ``{"properties": {...}}`` and whether it needs the preview api-version."""
+    props: dict[str, Any] = {
+        "vmSize": req.vm_size,
+        "osType": "Linux",
+        "osSKU": req.os_sku,
+        "mode": "User",
+        "type": "VirtualMachineScaleSets",
+        "gpuProfile": gpu_profile(req),
+        "nodeTaints": list(req.effective_taints),
+        "nodeLabels": dict(req.labels),
+        "tags": {**req.tags, **steward_tags(req)},
+    }
+    if req.autoscale is not None:
+        props.update(enableAutoScaling=True, minCount=req.autoscale.min, maxCount=req.autoscale.max,
+                     count=req.autoscale.min)
+    else:
+        props.update(enableAutoScaling=False, count=req.node_count)
+    if req.mig_profile:
+        props["gpuInstanceProfile"] = req.mig_profile
+    if req.zones:
+        props["availabilityZones"] = list(req.zones)
+    if req.max_pods is not None:
+        props["maxPods"] = req.max_pods
+    if req.spot_enabled and req.spot is not None:
+        props.update(scaleSetPriority="Spot", scaleSetEvictionPolicy=req.spot.eviction_policy,
+                     spotMaxPrice=req.spot.max_price)
+    return {"properties": props}, req.mig_strategy != "None"
+
+
+def pool_taints(req: PoolRequest) -> list[tuple[str, str, str]]:
+    """The taints the pool's nodes will carry, as (key, value, effect): the request's plus spot's."""
+    taints = [t for t in (parse_taint(s) for s in req.effective_taints) if t is not None]
+    if req.spot_enabled:
+        spot = parse_taint(SPOT_TAINT)
+        if spot is not None and spot not in taints:
+            taints.append(spot)
+    return taints
+
+
+def created_by(properties: Mapping[str, Any], request_id: str) -> bool:
+    """Whether an existing pool carries this request's tag, i.e. it is the pool this request made."""
+    tags = properties.get("tags") or {}
+    return str(tags.get(TAG_REQUEST_ID, "")) == request_id
+
+
+def spec_differences(properties: Mapping[str, Any], req: PoolRequest) -> list[str]:
+    """The immutable facts of an existing pool that differ from the request (empty = same pool)."""
+    wanted = agent_pool_body(req)[0]["properties"]
+    out: list[str] = []
+    if str(properties.get("vmSize", "")).lower() != wanted["vmSize"].lower():
+        out.append(f"vmSize is {properties.get('vmSize')!r}, the request asks {wanted['vmSize']!r}")
+    have_gpu = properties.get("gpuProfile") or {}
+    have_driver = str(have_gpu.get("driver") or "Install")
+    have_mode = str((have_gpu.get("nvidia") or {}).get("managementMode") or "Unmanaged")
+    have_nvidia = have_gpu.get("nvidia") or {}
+    want_gpu = wanted["gpuProfile"]
+    # A pool read with a stable api-version does not show migStrategy (a preview field): compare it
+    # only when the read shows it.
+    have_mig = str(have_nvidia.get("migStrategy") or "None") if "migStrategy" in have_nvidia else \
+        want_gpu["nvidia"].get("migStrategy", "None")
+    if have_driver != want_gpu["driver"]:
+        out.append(f"gpuProfile.driver is {have_driver!r}, the request asks {want_gpu['driver']!r}")
+    if have_mode != want_gpu["nvidia"]["managementMode"]:
+        out.append(f"managementMode is {have_mode!r}, the request asks {want_gpu['nvidia']['managementMode']!r}")
+    if have_mig != want_gpu["nvidia"].get("migStrategy", "None"):
+        out.append(f"migStrategy is {have_mig!r}, the request asks {want_gpu['nvidia'].get('migStrategy', 'None')!r}")
+    return out
+
+
+def with_requested_mig(properties: Mapping[str, Any], req: PoolRequest) -> dict[str, Any]:
+    """``properties`` with the request's ``migStrategy`` filled in where the read did not show it.
+
+    ARM returns preview fields only on preview api-versions; the strategy is immutable, so what the
+    request asked (and ARM accepted) is what the pool has.
+    """
+    out = dict(properties)
+    gpu = dict(out.get("gpuProfile") or {})
+    nvidia = dict(gpu.get("nvidia") or {})
+    if req.mig_strategy != "None" and "migStrategy" not in nvidia:
+        nvidia["migStrategy"] = req.mig_strategy
+        gpu["nvidia"] = nvidia
+        out["gpuProfile"] = gpu
+    return out

@@ -1,0 +1,880 @@
+"""Remediation of one unhealthy GPU node: admission (Event Grid trigger) and the step function.
+
+:func:`handle_event` takes a ``Steward.GpuNode.Unhealthy`` CloudEvent, trusts nothing in it (it may
+be stale, duplicated, late or out of order): it re-reads the node, re-evaluates it, and admits a
+remediation only under every safety limit. Admissions are serialized fleet-wide through one ledger
+record (kind ``budget``, id ``fleet``) holding the slots of remediations in flight: taking a slot is
+an ETag-conditional save, so of two hosts admitting at once exactly one wins and the other re-reads
+and re-decides with the winner's slot counted — the budgets can never be exceeded. Record ids make
+duplicates impossible: a remediation's id is ``<node key>-<attempt n>`` and the per-node record
+(kind ``remediation-node``) lists the faults already handled, so one fault is never remediated twice.
+
+:func:`advance` is called by the reconciler; each call re-observes the node and takes one short,
+idempotent step: ``admitted → cordoned → draining → repairing → verifying → done``, or ends in
+``gave_up`` (every rung failed; the node stays cordoned), ``released`` (nothing left to do, or the
+``release`` drain fallback) or ``failed`` (we are not allowed to act). Every write re-reads first,
+intent is saved before a non-idempotent call (pool counts are desired-state PUTs of a count fixed in
+the record), so a crash before or after any step resumes to the same end state. docs/remediation.md
+documents the states, data fields and events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from shared import breaker, budget, drain, health
+from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled
+from shared.ports import EvictionResult, KubePort, NodeView, PoolInfo, Record
+from shared.remediation_policy import RemediationPolicy
+
+if TYPE_CHECKING:
+    from shared.context import Context
+
+log = logging.getLogger("steward.remediation")
+
+KIND = "remediation"
+NODE_KIND = "remediation-node"
+BUDGET_KIND, BUDGET_ID = "budget", "fleet"
+DEDUPE_KIND = "dedupe"
+
+ADMITTED, CORDONED, DRAINING, REPAIRING, VERIFYING = "admitted", "cordoned", "draining", "repairing", "verifying"
+DONE, GAVE_UP, RELEASED, FAILED, REFUSED = "done", "gave_up", "released", "failed", "refused"
+ACTIVE_STATES: frozenset[str] = frozenset({ADMITTED, CORDONED, DRAINING, REPAIRING, VERIFYING})
+TERMINAL_STATES: frozenset[str] = frozenset({DONE, GAVE_UP, RELEASED, FAILED, REFUSED})
+
+UNHEALTHY_EVENT = "Steward.GpuNode.Unhealthy"
+EVENT_PREFIX = "Steward.Remediation."
+ADMITTED_EV, CORDONED_EV, DRAINED_EV = "Admitted", "Cordoned", "Drained"
+RESTARTED_EV, REIMAGED_EV, REPLACED_EV = "Restarted", "Reimaged", "Replaced"
+RECOVERED_EV, REFUSED_EV, GAVE_UP_EV, FAILED_EV, DRY_RUN_EV = "Recovered", "Refused", "GaveUp", "Failed", "DryRun"
+RUNG_EVENTS: Mapping[str, str] = {"restart": RESTARTED_EV, "reimage": REIMAGED_EV, "replace": REPLACED_EV}
+
+POOL_LABEL = "kubernetes.azure.com/agentpool"
+LEASE_NAMESPACE = "kube-node-lease-steward"
+SLOT_ORPHAN_S = 300.0  # a slot whose record never appeared is dropped after this
+_ADMIT_TRIES = 6
+_SURGE_FALLBACK_CODES = frozenset({"QuotaExceeded", "AllocationFailed", "ZonalAllocationFailed",
+                                   "OverconstrainedAllocationRequest", "OverconstrainedZonalAllocationRequest",
+                                   "SkuNotAvailable"})
+_BUSY_POOL_STATES = frozenset({"Creating", "Updating", "Scaling", "Deleting", "Upgrading"})
+# Agent pool properties ARM owns (never sent back in a PUT; nodeImageVersion would trigger a rollback).
+_READ_ONLY_POOL_PROPS = frozenset({"provisioningState", "powerState", "currentOrchestratorVersion", "nodeImageVersion",
+                                   "status", "virtualMachineNodesStatus", "eTag", "creationData"})
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]")
+_LEASELESS: set[str] = set()  # clusters without the lease namespace (warned once per process)
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def node_key(cluster_id: str, node: str) -> str:
+    return hashlib.sha256(f"{cluster_id.lower()}/{node}".encode()).hexdigest()[:24]
+
+
+def fault_id(cluster_id: str, node: str, condition: str, since: float) -> str:
+    """The id of one fault (and of its Unhealthy CloudEvent): sha256(cluster|node|condition|transition)."""
+    return hashlib.sha256(f"{cluster_id.lower()}|{node}|{condition}|{iso(since)}".encode()).hexdigest()
+
+
+def subject(cluster_id: str, pool: str, node: str) -> str:
+    return f"{cluster_id}/agentPools/{pool}/nodes/{node}"
+
+
+def _label_value(text: str) -> str:
+    return (_LABEL_VALUE.sub("-", text).strip("-._") or "steward")[:63].rstrip("-._") or "steward"
+
+
+# --------------------------------------------------------------------------- small effects
+
+
+def _policy(ctx: Context) -> RemediationPolicy:
+    policy = getattr(ctx.settings, "remediation", None)
+    return policy if isinstance(policy, RemediationPolicy) else RemediationPolicy()
+
+
+def _metric(ctx: Context, name: str, value: float, **attrs: Any) -> None:
+    """The one place remediation talks to telemetry; absent or failing telemetry is ignored."""
+    telemetry = getattr(ctx, "telemetry", None)
+    for method in ("record", "observe"):
+        fn = getattr(telemetry, method, None)
+        if callable(fn):
+            try:
+                fn(name, value, **attrs)
+            except Exception as exc:  # metrics never fail a step
+                log.debug("metric %s not recorded: %s", name, exc)
+            return
+
+
+def _publish(ctx: Context, record_or_data: Record | Mapping[str, Any], event: str, note: str, *,
+             key: str = "", extra: Mapping[str, Any] | None = None) -> None:
+    """Outcome CloudEvent, best effort (the ledger is the truth; events are notifications)."""
+    data = record_or_data.data if isinstance(record_or_data, Record) else record_or_data
+    rid = record_or_data.id if isinstance(record_or_data, Record) else str(data.get("id", ""))
+    state = record_or_data.state if isinstance(record_or_data, Record) else ""
+    payload = {"remediation": rid, "cluster": data.get("cluster"), "node": data.get("node"),
+               "pool": data.get("pool"), "condition": data.get("condition"), "since": data.get("since"),
+               "attempt": data.get("attempt"), "state": state, "note": note, "dry_run": bool(data.get("dry_run")),
+               **(extra or {})}
+    try:
+        ctx.events.publish(type_=EVENT_PREFIX + event,
+                           subject=subject(str(data.get("cluster")), str(data.get("pool")), str(data.get("node"))),
+                           data=payload,
+                           id_=hashlib.sha256(f"{rid}|{event}|{key}".encode()).hexdigest())
+    except StewardError as exc:
+        log.warning("could not publish %s for %s: %s", event, rid, exc)
+
+
+def _kube_event(kube: KubePort, node: NodeView | str, record: Record, reason: str, message: str,
+                type_: str = "Normal") -> None:
+    kube.create_event(node=node, reason=reason, message=message, type_=type_, action=record.state,
+                      correlation_id=record.id)
+
+
+def _annotate(kube: KubePort, node: NodeView, record: Record, state: str, note: str) -> None:
+    """Best effort: the node's annotation mirrors the ledger state (attempt, rung, when)."""
+    value = json.dumps({"v": 1, "id": record.id, "state": state, "attempt": record.data.get("attempt"),
+                        "rung": _rung(record), "at": record.updated_at, "note": note[:200]}, separators=(",", ":"))
+    try:
+        kube.patch_node(node.name, {"metadata": {"annotations": {health.STATE_ANNOTATION: value}}})
+    except StewardError as exc:
+        log.info("state annotation on %s not written: %s", node.name, exc)
+
+
+def _rung(record: Record) -> str:
+    ladder = record.data.get("ladder") or []
+    i = int(record.data.get("rung_index") or 0)
+    return ladder[i] if i < len(ladder) else ""
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def _event_data(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    data = event.get("data")
+    if isinstance(data, str | bytes):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return {}
+    return data if isinstance(data, Mapping) else {}
+
+
+def _paused_reason(ctx: Context, tags: Mapping[str, str] | None, node: NodeView | None,
+                   policy: RemediationPolicy) -> str | None:
+    if getattr(ctx.settings, "paused", False):
+        return "the app is paused (STEWARD_PAUSED=true)"
+    for key, value in (tags or {}).items():
+        if key.lower() == policy.paused_tag.lower() and str(value).lower() == "true":
+            return f"the cluster is paused (tag {policy.paused_tag}=true)"
+    if node is not None and node.labels.get(policy.opt_out_label, "").lower() == "true":
+        return f"the node opted out (label {policy.opt_out_label}=true)"
+    return None
+
+
+def _refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str) -> str:
+    """Publish Refused once per (fault, reason code): the sweep re-reports the fault every minute."""
+    marker = Record(kind=DEDUPE_KIND, id=f"refused-{info['fault']}-{code}", state="seen",
+                    data={"reason": reason}, created_at=ctx.clock.now())
+    try:
+        ctx.ledger.create(marker)
+    except Conflict:
+        return f"refused ({code}, already reported): {reason}"
+    _publish(ctx, {**info, "id": ""}, REFUSED_EV, reason, key=f"{info['fault']}|{code}",
+             extra={"reason_code": code, "reason": reason})
+    log.warning("remediation refused for %s/%s: %s", info.get("cluster"), info.get("node"), reason)
+    return f"refused ({code}): {reason}"
+
+
+def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
+    """Admit or refuse a remediation for one Unhealthy CloudEvent; returns what happened, for the log.
+
+    Raises only Throttled/Transient (and Conflict when the admission record stays contended), which
+    Event Grid's retry turns into a later, re-evaluated delivery.
+    """
+    policy = _policy(ctx)
+    source = getattr(ctx.settings, "event_source", "/gpu-fleet-steward")
+    if event.get("source") != source:
+        return f"ignored: source {event.get('source')!r} is not {source!r}"
+    if event.get("type") != UNHEALTHY_EVENT:
+        return f"ignored: type {event.get('type')!r}"
+    data = _event_data(event)
+    cluster_id = str(data.get("cluster") or "")
+    node_name = str(data.get("node") or "")
+    condition = str(data.get("condition") or "")
+    since = parse_time(data.get("since"))
+    observed_at = parse_time(data.get("observed_at")) or parse_time(event.get("time")) or 0.0
+    if not cluster_id or not node_name or not condition or since is None:
+        return "ignored: malformed event (needs data.cluster, node, condition, since)"
+    if condition not in policy.conditions:
+        return f"ignored: condition {condition} is not configured (REMEDIATION_CONDITIONS)"
+
+    from shared import scope  # lazy: keeps the trigger's import light
+
+    try:
+        cluster = ctx.access.aks().get_cluster(cluster_id)
+    except NotFound:
+        return f"ignored: cluster {cluster_id} does not exist"
+    except Forbidden as exc:
+        return f"ignored: cluster {cluster_id} cannot be read ({exc}): out of our reach"
+    ok, why = scope.cluster_in_scope(cluster, ctx.settings)
+    if not ok:
+        return f"ignored: cluster {cluster_id} is out of scope ({why})"
+    cluster_id = cluster.id
+
+    now = ctx.clock.now()
+    fleet_breaker = breaker.current(ctx)
+    kube = ctx.access.kube(cluster_id)
+    node = kube.get_node(node_name)
+    if node is None:
+        return f"ignored: node {node_name} no longer exists"
+    evaluation = health.evaluate([node], now=now, policy=policy)
+    finding = next((f for f in evaluation.unhealthy if f.condition == condition), None)
+    info: dict[str, Any] = {"cluster": cluster_id, "node": node_name, "pool": node.pool, "condition": condition,
+                            "since": iso(finding.since if finding else since), "event_id": str(event.get("id", ""))}
+    if finding is None:
+        skipped = next((r for n, r in evaluation.skipped), None)
+        if skipped == health.SKIP_OPTED_OUT:
+            info["fault"] = fault_id(cluster_id, node_name, condition, since)
+            return _refuse(ctx, info, budget.PAUSED, _paused_reason(ctx, None, node, policy) or "opted out")
+        if skipped:
+            return f"ignored: node {node_name} is skipped ({skipped})"
+        return f"ignored: {condition} on {node_name} is no longer True over its threshold"
+    if finding.since > since + 1.0:
+        return f"ignored: stale event ({condition} flapped since: now True since {iso(finding.since)})"
+    info["fault"] = fault_id(cluster_id, node_name, condition, finding.since)
+    if breaker.is_stale(observed_at, fleet_breaker):
+        return _refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
+                                           f"{iso(fleet_breaker.reset_at)}: dropped with the backlog")
+    paused = _paused_reason(ctx, cluster.tags, node, policy)
+    return _admit(ctx, kube=kube, node=node, finding=finding, info=info, paused=paused,
+                  breaker_open=fleet_breaker.is_open, policy=policy)
+
+
+def _pool_unavailable(kube: KubePort, pool: str, policy: RemediationPolicy) -> tuple[int, set[str]]:
+    size, unavailable = 0, set()
+    for n in kube.list_nodes(label_selector=f"{POOL_LABEL}={pool}", page_size=policy.page_size):
+        size += 1
+        if not n.ready or n.unschedulable:
+            unavailable.add(n.name)
+    return size, unavailable
+
+
+def _live_slots(ctx: Context, slots: Mapping[str, Mapping[str, Any]], now: float) -> dict[str, dict[str, Any]]:
+    """Slots of remediations still active (a finished or vanished one frees its slot)."""
+    live: dict[str, dict[str, Any]] = {}
+    for rid, slot in slots.items():
+        rec = ctx.ledger.get(KIND, rid)
+        if rec is None:
+            if now - float(slot.get("at", 0.0)) < SLOT_ORPHAN_S:
+                live[rid] = dict(slot)  # being created right now by another host
+            continue
+        if rec.state in ACTIVE_STATES:
+            live[rid] = dict(slot)
+    return live
+
+
+def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Finding, info: dict[str, Any],
+           paused: str | None, breaker_open: bool, policy: RemediationPolicy) -> str:
+    cluster_id, name, fault = info["cluster"], node.name, info["fault"]
+    nk = node_key(cluster_id, name)
+    pool_size, unavailable_now = _pool_unavailable(kube, node.pool, policy)
+    for _ in range(_ADMIT_TRIES):
+        now = ctx.clock.now()
+        node_rec = ctx.ledger.get(NODE_KIND, nk)
+        nd = dict(node_rec.data) if node_rec else {"cluster": cluster_id, "node": name, "attempts": [], "faults": []}
+        if fault in nd.get("faults", []):
+            return f"duplicate: fault {fault[:12]} on {name} was already handled"
+        attempts: list[dict[str, Any]] = list(nd.get("attempts", []))
+        number = max(int(nd.get("count") or 0), len(attempts)) + 1
+        rid = f"{nk}-{number}"
+        existing = ctx.ledger.get(KIND, rid)
+        if existing is not None:
+            # A host crashed (or is) between creating the record and updating the node record: repair it.
+            _note_attempt(ctx, node_rec, nd, existing)
+            if existing.data.get("fault") == fault:
+                return f"duplicate: remediation {rid} handles this fault"
+            if existing.state in ACTIVE_STATES:
+                return f"duplicate: remediation {rid} is in progress on {name}"
+            continue
+        last = ctx.ledger.get(KIND, attempts[-1]["id"]) if attempts else None
+        if last is not None and last.state in ACTIVE_STATES:
+            return f"duplicate: remediation {last.id} is in progress on {name}"
+
+        budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
+        slots = _live_slots(ctx, (budget_rec.data.get("slots") if budget_rec else {}) or {}, now)
+        in_pool = {s["node"] for s in slots.values() if s.get("cluster") == cluster_id and s.get("pool") == node.pool}
+        admission = budget.admit(
+            paused=paused, breaker_open=breaker_open,
+            node=budget.node_admission(attempts=[float(a["at"]) for a in attempts],
+                                       last_finished_at=last.updated_at if last is not None else None,
+                                       now=now, policy=policy),
+            pool=budget.pool_admission(pool=node.pool, pool_size=pool_size, unavailable=unavailable_now | in_pool,
+                                       candidate=name, policy=policy),
+            fleet=budget.fleet_admission(in_flight=len(slots), policy=policy),
+        )
+        if not admission.allowed:
+            return _refuse(ctx, info, admission.code, admission.reason)
+
+        slots[rid] = {"cluster": cluster_id, "pool": node.pool, "node": name, "at": now}
+        try:
+            if budget_rec is None:
+                ctx.ledger.create(Record(kind=BUDGET_KIND, id=BUDGET_ID, state="open", data={"slots": slots},
+                                         created_at=now, updated_at=now))
+            else:
+                ctx.ledger.save(msgspec.structs.replace(budget_rec, data={"slots": slots}, updated_at=now))
+        except Conflict:
+            continue  # another admission took a slot first: re-read and re-decide
+        record = _new_record(rid, node=node, finding=finding, info=info, attempt=number,
+                             policy=policy, now=now, instance=ctx.instance)
+        try:
+            record = ctx.ledger.create(record)
+        except Conflict:
+            continue  # same attempt created by another host: the next pass sees it
+        _note_attempt(ctx, node_rec, nd, record)
+        _publish(ctx, record, ADMITTED_EV, admission.reason, extra={"dry_run": policy.dry_run})
+        _metric(ctx, "time_to_admit_s", now - finding.since, condition=finding.condition)
+        _metric(ctx, "remediations_in_flight", len(slots))
+        log.info("remediation %s admitted for %s/%s (%s)", rid, cluster_id, name, admission.reason)
+        return f"admitted: {rid}"
+    raise Conflict("the admission record stayed contended; Event Grid will deliver again")
+
+
+def _note_attempt(ctx: Context, node_rec: Record | None, nd: dict[str, Any], record: Record) -> None:
+    """Remember the attempt and its fault on the per-node record (best effort: ids already dedupe)."""
+    attempts = [a for a in nd.get("attempts", []) if a.get("id") != record.id]
+    attempts.append({"id": record.id, "at": record.created_at, "fault": record.data.get("fault")})
+    faults = [f for f in nd.get("faults", []) if f != record.data.get("fault")] + [record.data.get("fault")]
+    count = max(int(nd.get("count") or 0), int(record.data.get("attempt") or 0))
+    data = {**nd, "attempts": attempts[-20:], "faults": faults[-20:], "last_id": record.id, "count": count}
+    try:
+        if node_rec is None:
+            ctx.ledger.create(Record(kind=NODE_KIND, id=node_key(nd["cluster"], nd["node"]), state="known", data=data,
+                                     created_at=record.created_at, updated_at=record.created_at))
+        else:
+            ctx.ledger.save(msgspec.structs.replace(node_rec, data=data, updated_at=record.created_at))
+    except Conflict:
+        log.info("node record %s changed meanwhile; the next admission repairs it", nd["node"])
+
+
+def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapping[str, Any], attempt: int,
+                policy: RemediationPolicy, now: float, instance: str) -> Record:
+    data = {"cluster": info["cluster"], "node": node.name, "node_uid": node.uid, "pool": node.pool,
+            "condition": finding.condition, "since": iso(finding.since), "since_ts": finding.since,
+            "fault": info["fault"], "event_id": info.get("event_id", ""), "attempt": attempt,
+            "dry_run": policy.dry_run, "ladder": list(policy.ladder), "rung_index": 0, "rung_phase": "start",
+            "admitted_by": instance, "admitted_at": now}
+    return Record(kind=KIND, id=rid, state=ADMITTED, data=data, created_at=now, updated_at=now, next_at=now,
+                  history=[{"at": now, "state": ADMITTED, "note": f"{finding.condition} True since {iso(finding.since)}"}])
+
+
+# --------------------------------------------------------------------------- the step function
+
+
+def _stay(record: Record, *, now: float, next_at: float, note: str | None = None, **data: Any) -> Record:
+    """Same state, later: no history line unless there is news (waits are frequent)."""
+    if note is not None and note != record.data.get("last_note"):
+        return record.moved(record.state, at=now, note=note, next_at=next_at, last_note=note, **data)
+    merged = {**record.data, **data}
+    return msgspec.structs.replace(record, data=merged, next_at=next_at, updated_at=now)
+
+
+def _move(record: Record, state: str, *, now: float, note: str, next_at: float | None = None, **data: Any) -> Record:
+    return record.moved(state, at=now, note=note, next_at=now if next_at is None else next_at, last_note=note, **data)
+
+
+def advance(record: Record, ctx: Context) -> Record:
+    """One short, idempotent step of the remediation ``record`` (re-observing first)."""
+    if record.state not in ACTIVE_STATES:
+        return record
+    policy = _policy(ctx)
+    now = ctx.clock.now()
+    d = record.data
+    dry = bool(d.get("dry_run"))
+    kube = ctx.access.kube(d["cluster"])
+    paused = _paused_reason(ctx, _cluster_tags(ctx, d["cluster"]), None, policy)
+    if paused and not dry:
+        return _stay(record, now=now, next_at=now + max(60, policy.poll_s), note=f"waiting: {paused}")
+    if not dry and not _take_lease(kube, record, policy):
+        return _stay(record, now=now, next_at=now + policy.poll_s,
+                     note=f"waiting: another actor holds the node lease {LEASE_NAMESPACE}/{_lease_name(d['node'])}")
+    step = {ADMITTED: _step_admitted, CORDONED: _step_cordoned, DRAINING: _step_draining,
+            REPAIRING: _step_repairing, VERIFYING: _step_verifying}[record.state]
+    try:
+        stepped = step(record, ctx, kube=kube, policy=policy, now=now)
+    except Forbidden as exc:
+        stepped = _finish(record, ctx, kube, FAILED, now=now, event=FAILED_EV,
+                          note=f"not allowed: {exc} (check the app's Azure role and Kubernetes RBAC); node left as is")
+    if stepped.state != record.state and not dry and stepped.state not in TERMINAL_STATES:
+        node = kube.get_node(d["node"])
+        if node is not None:
+            _annotate(kube, node, stepped, stepped.state, str(stepped.data.get("last_note", "")))
+    return stepped
+
+
+def _lease_name(node: str) -> str:
+    return f"steward-{_label_value(node)}"
+
+
+def _take_lease(kube: KubePort, record: Record, policy: RemediationPolicy) -> bool:
+    """Take or renew the node lease (holder = this remediation, so any host advancing it may renew).
+
+    The lease keeps other actors that honour it off the node. Between steward hosts the ledger claim
+    and the one-remediation-per-node admission already guarantee a single writer, so a cluster
+    without the lease namespace (``NotFound``) degrades to that guarantee, with a warning.
+    """
+    try:
+        return kube.acquire_lease(_lease_name(record.data["node"]), holder=record.id, duration_s=policy.lease_s,
+                                  namespace=LEASE_NAMESPACE)
+    except NotFound as exc:
+        cluster = str(record.data["cluster"])
+        if cluster not in _LEASELESS:
+            _LEASELESS.add(cluster)
+            log.warning("node leases unavailable on %s (%s): relying on the ledger claim", cluster, exc)
+        return True
+
+
+def _cluster_tags(ctx: Context, cluster_id: str) -> Mapping[str, str]:
+    """The cluster's tags (for the pause tag), cached a minute per process."""
+    cache = ctx.extras.setdefault("remediation.cluster_tags", {})
+    hit = cache.get(cluster_id)
+    now = ctx.clock.now()
+    if hit is not None and now - hit[0] < 60:
+        return hit[1]
+    try:
+        tags = dict(ctx.access.aks().get_cluster(cluster_id).tags or {})
+    except NotFound:
+        tags = {}
+    cache[cluster_id] = (now, tags)
+    return tags
+
+
+def _finish(record: Record, ctx: Context, kube: KubePort, state: str, *, now: float, event: str, note: str,
+            **data: Any) -> Record:
+    """End the remediation: free its budget slot and node lease, tell the operator."""
+    done = _move(record, state, now=now, note=note, next_at=now, finished_at=now, **data)
+    _release_slot(ctx, record.id)
+    if not record.data.get("dry_run"):
+        try:
+            kube.release_lease(_lease_name(record.data["node"]), holder=record.id, namespace=LEASE_NAMESPACE)
+        except StewardError as exc:
+            log.info("lease of %s not released (it expires): %s", record.data["node"], exc)
+        node = kube.get_node(record.data["node"])
+        if node is not None:
+            if state != DONE:
+                _annotate(kube, node, done, state, note)
+            _kube_event(kube, node, done, f"Steward{state.title().replace('_', '')}", note,
+                        "Normal" if state in (DONE, RELEASED) else "Warning")
+    _publish(ctx, done, event, note, key=state)
+    _metric(ctx, "remediations_total", 1, outcome=state, condition=record.data.get("condition"),
+            rung=_rung(record) or None, dry_run=bool(record.data.get("dry_run")))
+    if state == DONE and not record.data.get("dry_run"):
+        _metric(ctx, "time_to_repair_s", now - float(record.data.get("since_ts") or record.created_at),
+                condition=record.data.get("condition"), rung=_rung(record))
+    return done
+
+
+def _release_slot(ctx: Context, rid: str) -> None:
+    for _ in range(3):
+        rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
+        if rec is None or rid not in (rec.data.get("slots") or {}):
+            return
+        slots = {k: v for k, v in rec.data["slots"].items() if k != rid}
+        try:
+            ctx.ledger.save(msgspec.structs.replace(rec, data={"slots": slots}, updated_at=ctx.clock.now()))
+            _metric(ctx, "remediations_in_flight", len(slots))
+            return
+        except Conflict:
+            continue
+    # Admissions drop slots of finished remediations anyway (_live_slots).
+
+
+def _still_faulty(node: NodeView, d: Mapping[str, Any]) -> bool:
+    cond = node.condition(d["condition"])
+    return cond is not None and cond.status == "True" and (cond.last_transition or 0.0) <= float(d["since_ts"]) + 1.0
+
+
+def _step_admitted(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    d = record.data
+    node = kube.get_node(d["node"])
+    if node is None:
+        return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, note="the node no longer exists: nothing to do")
+    if node.uid != d["node_uid"]:
+        return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV,
+                       note="the node was recreated under the same name: this fault is gone")
+    if not _still_faulty(node, d):
+        return _finish(record, ctx, kube, RELEASED, now=now, event=RECOVERED_EV,
+                       note=f"{d['condition']} cleared before we touched the node: released")
+    if d.get("dry_run"):
+        note = f"dry run: would cordon {node.name} (marker {health.CORDONED_BY_LABEL}) and drain it"
+        _publish(ctx, record, DRY_RUN_EV, note, key="cordon")
+        return _move(record, CORDONED, now=now, note=note, cordoned_by_us=False)
+    marker = node.annotations.get(health.CORDON_FOR_ANNOTATION, "")
+    if health.cordoned_by_us(node) and node.unschedulable and marker == record.id:
+        note = "cordoned (found our marker: resumed after a crash)"
+        by_us = True
+    elif health.cordoned_by_us(node) and node.unschedulable:
+        # Still cordoned by an earlier remediation of ours (it gave up): adopt the cordon, so that this
+        # remediation may lift it when the node recovers.
+        kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
+                                                 "annotations": {health.CORDON_FOR_ANNOTATION: record.id}}})
+        note = f"already cordoned by our earlier remediation {marker}: adopted"
+        by_us = True
+    elif node.unschedulable:
+        note = "already cordoned by someone else: it will be drained and repaired but never uncordoned by us"
+        by_us = False
+    else:
+        reason = f"{d['condition']} True since {d['since']}"
+        kube.patch_node(node.name, {
+            "metadata": {"resourceVersion": node.resource_version,  # fails if anyone changed the node meanwhile
+                         "labels": {health.CORDONED_BY_LABEL: _label_value(ctx.instance)},
+                         "annotations": {health.CORDON_FOR_ANNOTATION: record.id,
+                                         health.CORDON_REASON_ANNOTATION: reason,
+                                         health.CORDON_AT_ANNOTATION: iso(now)}},
+            "spec": {"unschedulable": True},
+        })
+        note = f"cordoned: {reason}"
+        by_us = True
+    _kube_event(kube, node, record, "StewardCordoned", note)
+    _publish(ctx, record, CORDONED_EV, note, extra={"cordoned_by_us": by_us})
+    return _move(record, CORDONED, now=now, note=note, cordoned_by_us=by_us, cordoned_at=now)
+
+
+def _step_cordoned(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    d = record.data
+    node = kube.get_node(d["node"])
+    if node is None or node.uid != d["node_uid"]:
+        return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, note="the node disappeared before the drain")
+    if not d.get("dry_run") and not node.unschedulable:
+        return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV,
+                       note="someone uncordoned the node: respecting that and stopping (the fault is not handled)")
+    if not d.get("dry_run"):
+        _kube_event(kube, node, record, "StewardDraining", "draining through the Eviction API (PDBs respected)")
+    return _move(record, DRAINING, now=now, note="draining", drain={}, drain_started_at=now)
+
+
+def _step_draining(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    d = record.data
+    node = kube.get_node(d["node"])
+    if node is None or node.uid != d["node_uid"]:
+        return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, note="the node disappeared during the drain")
+    pods = kube.list_pods(node_name=node.name)
+    if d.get("dry_run"):
+        plan = drain.plan_drain(pods, policy)
+        note = (f"dry run: would evict {len(plan.evict)} pods ({', '.join(f'{p.namespace}/{p.name}' for p in plan.evict[:10])}), "
+                f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}")
+        _publish(ctx, record, DRY_RUN_EV, note, key="drain")
+        return _move(record, REPAIRING, now=now, note=note, rung_index=0, rung_phase="start")
+    previous = drain.DrainState.from_data(d.get("drain"))
+    state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy)
+    by_uid = {p.uid: p for p in pods}
+    for action in actions:
+        try:
+            result = kube.evict(action.namespace, action.name)
+        except NotFound:
+            result = EvictionResult(outcome="gone")
+        except Throttled as exc:
+            result = EvictionResult(outcome="blocked", message=str(exc), retry_after=exc.retry_after)
+        pod = by_uid.get(action.uid)
+        state = drain.record_eviction(state, action, result, now=now,
+                                      grace=pod.grace_period_seconds if pod else None, policy=policy)
+    new_blocks = [m for k, m in state.messages.items() if previous.messages.get(k) != m and k != "_deadline"]
+    for message in new_blocks[:3]:
+        _kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
+    if state.outcome == "drained":
+        started = float(d.get("drain_started_at") or now)
+        _metric(ctx, "drain_time_s", now - started)
+        note = f"drained in {now - started:.0f}s"
+        _kube_event(kube, node, record, "StewardDrained", note)
+        _publish(ctx, record, DRAINED_EV, note)
+        return _move(record, REPAIRING, now=now, note=note, drain=state.to_data(), rung_index=0, rung_phase="start")
+    if state.outcome == "timed_out":
+        message = state.messages.get("_deadline", "drain deadline reached")
+        if policy.drain_fallback == "release":
+            _uncordon_if_ours(kube, record)
+            return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, drain=state.to_data(),
+                           note=f"{message}; fallback release: uncordoned (if we cordoned it), nothing repaired")
+        return _finish(record, ctx, kube, GAVE_UP, now=now, event=GAVE_UP_EV, drain=state.to_data(),
+                       note=f"{message}; fallback hold: the node stays cordoned, move or evict these pods, then "
+                            f"uncordon or repair it yourself")
+    wake = state.wake_at if state.wake_at is not None else now + policy.poll_s
+    return _stay(record, now=now, next_at=max(wake, now + 1.0), drain=state.to_data(),
+                 note=f"draining: {len(state.remaining)} pods still on the node")
+
+
+# --------------------------------------------------------------------------- the ladder
+
+
+def _vm_id(ctx: Context, node: NodeView | None, d: Mapping[str, Any]) -> str | None:
+    if d.get("vm_id"):
+        return str(d["vm_id"])
+    if node is not None and node.provider_id.startswith("azure://"):
+        return node.provider_id[len("azure://"):]
+    for machine in ctx.access.aks().list_machines(d["cluster"], d["pool"]):
+        if machine.name == d["node"]:
+            return machine.resource_id
+    return None
+
+
+def _busy(exc: Invalid) -> bool:
+    """ARM's "another operation is in progress": wait and try again, it is not an answer about us."""
+    return exc.code == "OperationNotAllowed" and "in progress" in str(exc).lower()
+
+
+def _next_rung(record: Record, ctx: Context, kube: KubePort, *, now: float, why: str) -> Record:
+    d = record.data
+    i = int(d.get("rung_index") or 0) + 1
+    ladder = d.get("ladder") or []
+    rung = _rung(record)
+    _kube_event(kube, d["node"], record, "StewardRungFailed", f"{rung} did not repair the node: {why}", "Warning")
+    if i >= len(ladder):
+        return _give_up(record, ctx, kube, now=now, note=f"every rung failed (last: {rung}: {why}); the node stays cordoned")
+    return _move(record, REPAIRING, now=now, note=f"{rung} failed ({why}); escalating to {ladder[i]}",
+                 rung_index=i, rung_phase="start", replace={})
+
+
+def _give_up(record: Record, ctx: Context, kube: KubePort, *, now: float, note: str) -> Record:
+    policy = _policy(ctx)
+    attempts = int(record.data.get("attempt") or 1)
+    if attempts >= policy.max_attempts:
+        note += f"; {attempts} attempts used (BUDGET_NODE_MAX_ATTEMPTS={policy.max_attempts}): an operator must look at it"
+    return _finish(record, ctx, kube, GAVE_UP, now=now, event=GAVE_UP_EV, note=note)
+
+
+def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    d = record.data
+    rung = _rung(record)
+    if not rung:
+        return _give_up(record, ctx, kube, now=now, note="no rung left on the ladder")
+    if d.get("dry_run"):
+        note = f"dry run: would {rung} {d['node']} (ladder {', '.join(d.get('ladder') or [])}); nothing was changed"
+        _publish(ctx, record, DRY_RUN_EV, note, key="repair")
+        return _finish(record, ctx, kube, DONE, now=now, event=DRY_RUN_EV, note=note)
+    if rung == "replace":
+        return _step_replace(record, ctx, kube=kube, policy=policy, now=now)
+    phase = d.get("rung_phase", "start")
+    node = kube.get_node(d["node"])
+    if phase == "start":
+        vm = _vm_id(ctx, node, d)
+        if vm is None:
+            return _next_rung(record, ctx, kube, now=now, why="the node's VMSS VM was not found")
+        compute = ctx.access.compute()
+        try:
+            (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm)
+        except Invalid as exc:
+            if _busy(exc):
+                return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
+            return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
+        except NotFound as exc:
+            return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
+        note = f"{rung} of {vm} started"
+        _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)
+        return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="wait",
+                     rung_started_at=now, vm_id=vm)
+    started = float(d.get("rung_started_at") or now)
+    if node is not None:
+        # Same VM, same name: a reimage may re-register the Node object (new uid), which counts as rebooted.
+        recovered, why = health.is_recovered(node, policy=policy)
+        ready = node.condition("Ready")
+        rebooted = (ready is not None and (ready.last_transition or 0.0) >= started) or node.uid != d["node_uid"]
+        if recovered and (rebooted or now - started >= policy.settle_s):
+            note = f"{rung} repaired the node in {now - started:.0f}s ({why})"
+            _kube_event(kube, node, record, f"Steward{RUNG_EVENTS[rung]}", note)
+            _publish(ctx, record, RUNG_EVENTS[rung], note)
+            return _move(record, VERIFYING, now=now, note=note, verify_since=now, target=node.name)
+    else:
+        why = "the node is not registered (yet)"
+    if now >= started + policy.rung_timeout(rung):
+        return _next_rung(record, ctx, kube, now=now, why=f"not recovered within {policy.rung_timeout(rung)}s ({why})")
+    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting for {rung}: {why}")
+
+
+def _pool_body(pool: PoolInfo, count: int) -> dict[str, Any]:
+    props = {k: v for k, v in pool.properties.items() if k not in _READ_ONLY_POOL_PROPS}
+    props["count"] = count
+    return {"properties": props}
+
+
+def _replacement(kube: KubePort, d: Mapping[str, Any], *, since: float, policy: RemediationPolicy) -> NodeView | None:
+    """A node of the pool created after the rung started that is Ready, healthy and offers GPUs."""
+    for n in kube.list_nodes(label_selector=f"{POOL_LABEL}={d['pool']}", page_size=policy.page_size):
+        if n.name == d["node"] or n.created < since - 1.0:
+            continue
+        if health.is_recovered(n, policy=policy)[0]:
+            return n
+    return None
+
+
+def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    """Surge-first replace: count+1, wait for the new node, delete the broken machine (count back to N).
+
+    Without quota (or for autoscaled pools) it is delete-then-scale: delete the machine, then PUT the
+    original count back, and the pool is one node short until the new VM is allocated.
+    """
+    d = record.data
+    aks = ctx.access.aks()
+    rep: dict[str, Any] = dict(d.get("replace") or {})
+    phase = d.get("rung_phase", "start")
+    started = float(d.get("rung_started_at") or now)
+    pool = aks.get_pool(d["cluster"], d["pool"])
+    if pool is None:
+        return _next_rung(record, ctx, kube, now=now, why=f"pool {d['pool']} not found")
+    if phase != "start" and now >= started + policy.rung_timeout("replace"):
+        return _next_rung(record, ctx, kube, now=now,
+                          why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase {phase}; "
+                              f"pool count {pool.count}, was {rep.get('original_count')})")
+
+    def go(next_phase: str, note: str, wait: bool = False, **extra: Any) -> Record:
+        rep.update(extra)
+        return _move(record, REPAIRING, now=now, note=note, next_at=now + policy.poll_s if wait else now,
+                     rung_phase=next_phase, replace=rep)
+
+    if phase == "start":
+        autoscaled = bool(pool.properties.get("enableAutoScaling"))
+        surge = policy.surge and not autoscaled
+        mode = "surge" if surge else "delete-first"
+        note = (f"replacing {d['node']}: surge to {pool.count + 1} first" if surge else
+                f"replacing {d['node']}: delete then restore count {pool.count}"
+                + (" (autoscaled pool: the autoscaler owns the count)" if autoscaled else ""))
+        rep = {"original_count": pool.count, "target_count": pool.count + 1, "mode": mode, "autoscaled": autoscaled}
+        return _move(record, REPAIRING, now=now, note=note, rung_phase="surge" if surge else "delete",
+                     rung_started_at=now, replace=rep)
+    if phase in ("surge", "delete", "scale_back") and pool.provisioning_state in _BUSY_POOL_STATES:
+        return _stay(record, now=now, next_at=now + policy.poll_s,
+                     note=f"waiting: pool {d['pool']} is {pool.provisioning_state}")
+    if phase == "surge":
+        if pool.count < int(rep["target_count"]):
+            try:
+                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["target_count"])))
+            except Invalid as exc:
+                if _busy(exc):
+                    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
+                if exc.code in _SURGE_FALLBACK_CODES or "quota" in str(exc).lower() or "alloc" in str(exc).lower():
+                    note = (f"surge refused ({exc.code or 'Invalid'}: {exc}): falling back to delete-then-scale; "
+                            f"the pool is one GPU node short until the new VM is allocated")
+                    _kube_event(kube, d["node"], record, "StewardSurgeFallback", note, "Warning")
+                    return go("delete", note, mode="delete-first", surge_error=str(exc)[:300])
+                raise
+        return go("surge_wait", f"pool {d['pool']} scaling to {rep['target_count']}", wait=True)
+    if phase == "surge_wait":
+        new = _replacement(kube, d, since=started, policy=policy)
+        if new is not None:
+            return go("delete", f"replacement {new.name} is Ready with GPUs: deleting {d['node']}", replacement=new.name)
+        if pool.provisioning_state == "Failed":
+            note = "the surge failed to provision: falling back to delete-then-scale"
+            _kube_event(kube, d["node"], record, "StewardSurgeFallback", note, "Warning")
+            return go("delete", note, mode="delete-first")
+        return _stay(record, now=now, next_at=now + policy.poll_s, note="waiting for the surge node")
+    if phase == "delete":
+        node = kube.get_node(d["node"])
+        if node is not None and node.uid == d["node_uid"]:  # not yet deleted (a repeated step skips the call)
+            try:
+                aks.begin_delete_machines(d["cluster"], d["pool"], [d["node"]])
+            except NotFound:
+                pass  # already gone
+            except Invalid as exc:
+                if _busy(exc):
+                    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
+                if "not found" not in str(exc).lower():
+                    raise
+        return go("delete_wait", f"deleting machine {d['node']}", wait=True)
+    if phase == "delete_wait":
+        node = kube.get_node(d["node"])
+        if node is not None and node.uid == d["node_uid"]:
+            return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting for {d['node']} to be deleted")
+        if pool.provisioning_state not in ("Succeeded", "Failed"):
+            return _stay(record, now=now, next_at=now + policy.poll_s, note=f"pool is {pool.provisioning_state}")
+        if rep.get("mode") == "surge" and rep.get("replacement"):
+            if pool.count > int(rep["original_count"]):
+                rep["note"] = (f"pool count stayed {pool.count} after deleteMachines (original {rep['original_count']}): "
+                               f"left as is rather than scale down an arbitrary node")
+            return _replaced(record, ctx, kube, now=now, target=str(rep["replacement"]), rep=rep)
+        if rep.get("autoscaled"):
+            note = f"{d['node']} deleted; the cluster autoscaler owns the pool's count and brings capacity back on demand"
+            _kube_event(kube, d["node"], record, "StewardReplaced", note)
+            _publish(ctx, record, REPLACED_EV, note, extra={"replacement": ""})
+            return _finish(record, ctx, kube, DONE, now=now, event=RECOVERED_EV, note=note, replace=rep)
+        if pool.count < int(rep["original_count"]):
+            return go("scale_back", f"machine deleted; restoring count {rep['original_count']} (now {pool.count})")
+        return go("await_replacement", "machine deleted; waiting for its replacement", wait=True)
+    if phase == "scale_back":
+        if pool.count < int(rep["original_count"]):
+            try:
+                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["original_count"])))
+            except Invalid as exc:
+                # Busy, or no quota/capacity right now: keep trying until the rung's timeout.
+                return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to restore the count: {exc}")
+        return go("await_replacement", f"pool {d['pool']} scaling back to {rep['original_count']}", wait=True)
+    if phase == "await_replacement":
+        new = _replacement(kube, d, since=started, policy=policy)
+        if new is not None:
+            return _replaced(record, ctx, kube, now=now, target=new.name, rep={**rep, "replacement": new.name})
+        return _stay(record, now=now, next_at=now + policy.poll_s, note="waiting for the replacement node")
+    raise Invalid(f"unknown replace phase {phase!r}")
+
+
+def _replaced(record: Record, ctx: Context, kube: KubePort, *, now: float, target: str, rep: dict[str, Any]) -> Record:
+    note = f"{record.data['node']} replaced by {target}" + (f"; {rep['note']}" if rep.get("note") else "")
+    _kube_event(kube, target, record, "StewardReplaced", note)
+    _publish(ctx, record, REPLACED_EV, note, extra={"replacement": target})
+    return _move(record, VERIFYING, now=now, note=note, verify_since=now, target=target, replace=rep)
+
+
+def _step_verifying(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    d = record.data
+    target = str(d.get("target") or d["node"])
+    node = kube.get_node(target)
+    since = float(d.get("verify_since") or now)
+    hold = min(policy.settle_s, policy.poll_s)
+    if node is not None:
+        recovered, why = health.is_recovered(node, policy=policy)
+        if recovered and now >= since + hold:
+            uncordoned = _uncordon_if_ours(kube, record) if target == d["node"] else False
+            note = f"recovered: {why}" + ("; uncordoned" if uncordoned else "")
+            return _finish(record, ctx, kube, DONE, now=now, event=RECOVERED_EV, note=note, target=target)
+        if recovered:
+            return _stay(record, now=now, next_at=since + hold, note="verifying: healthy, confirming")
+    else:
+        why = f"{target} is gone"
+    if now >= since + max(policy.settle_s, 2 * policy.poll_s):
+        return _next_rung(record, ctx, kube, now=now, why=f"did not stay healthy: {why}")
+    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"verifying: {why}")
+
+
+def _uncordon_if_ours(kube: KubePort, record: Record) -> bool:
+    """Uncordon only a node we cordoned for this remediation, and drop our markers."""
+    if not record.data.get("cordoned_by_us"):
+        return False
+    node = kube.get_node(record.data["node"])
+    if node is None or node.annotations.get(health.CORDON_FOR_ANNOTATION) != record.id:
+        return False
+    kube.patch_node(node.name, {
+        "metadata": {"resourceVersion": node.resource_version,
+                     "labels": {health.CORDONED_BY_LABEL: None},
+                     "annotations": {health.CORDON_FOR_ANNOTATION: None, health.CORDON_REASON_ANNOTATION: None,
+                                     health.CORDON_AT_ANNOTATION: None, health.STATE_ANNOTATION: None}},
+        "spec": {"unschedulable": False},
+    })
+    return True

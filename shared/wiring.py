@@ -1,0 +1,196 @@
+"""Builds the process's Context: settings, clock, ledger, adapters, telemetry, once and lazily.
+
+A Functions worker process serves many invocations; clients (and the credential's token cache)
+are built on the first invocation that needs them and reused after. Nothing heavy is imported at
+module level, so importing ``function_app`` stays cheap. :class:`FleetAccess` is also where the
+fleet scope is enforced for per-cluster access: a cluster outside the scope never gets a client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+from shared.errors import Forbidden
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+
+    from shared.clock import Clock
+    from shared.context import Context
+    from shared.ports import AksPort, ClusterInfo, ComputePort, KubePort
+    from shared.settings import Settings
+
+log = logging.getLogger("steward.wiring")
+
+SCOPE_CACHE_S = 300.0
+"""How long a cluster's tags are trusted before the scope is checked against ARM again."""
+
+
+class FleetAccess:
+    """ClusterAccess: cached ARM and per-cluster Kubernetes adapters, refusing clusters outside the scope."""
+
+    def __init__(self, settings: Settings, *, credential: TokenCredential | None = None, clock: Clock | None = None,
+                 aks: AksPort | None = None, compute: ComputePort | None = None) -> None:
+        self._settings = settings
+        self._credential = credential
+        self._clock = clock
+        self._aks = aks
+        self._compute = compute
+        self._kube: dict[str, KubePort] = {}
+        self._scope: dict[str, tuple[float, bool, str]] = {}
+        self._lock = threading.RLock()
+
+    def _now(self) -> float:
+        from shared import clock as clocks
+
+        return (self._clock or clocks.current()).now()
+
+    def credential(self) -> TokenCredential:
+        with self._lock:
+            if self._credential is None:
+                from shared.identity import get_credential
+
+                self._credential = get_credential(self._settings)
+            return self._credential
+
+    def aks(self) -> AksPort:
+        with self._lock:
+            if self._aks is None:
+                from shared.aks import AksClient
+
+                self._aks = AksClient(self.credential(), self._settings, clock=self._clock)
+            return self._aks
+
+    def compute(self) -> ComputePort:
+        with self._lock:
+            if self._compute is None:
+                from shared.compute import ComputeClient
+
+                self._compute = ComputeClient(self.credential(), self._settings, clock=self._clock)
+            return self._compute
+
+    def check_scope(self, cluster_id: str) -> None:
+        """Raise Forbidden unless ``cluster_id`` is in the fleet scope (tags re-read every few minutes)."""
+        from shared.ports import ClusterInfo
+        from shared.scope import cluster_in_scope, subscription_of
+
+        key = cluster_id.lower()
+        now = self._now()
+        with self._lock:
+            cached = self._scope.get(key)
+        if cached is None or now - cached[0] > SCOPE_CACHE_S:
+            if self._settings.cluster_ids:
+                # The list alone decides: no ARM call, and an unlisted id is refused without being looked up.
+                info = ClusterInfo(id=cluster_id, name=cluster_id.rsplit("/", 1)[-1], subscription=subscription_of(cluster_id),
+                                   resource_group="", location="", tags={}, node_resource_group="")
+            else:
+                if subscription_of(cluster_id) not in {s.lower() for s in self._settings.subscriptions}:
+                    info = None
+                else:
+                    info = self.aks().get_cluster(cluster_id)
+            if info is None:
+                ok, reason = False, "subscription is not in FLEET_SUBSCRIPTIONS"
+            else:
+                ok, reason = cluster_in_scope(info, self._settings)
+            cached = (now, ok, reason)
+            with self._lock:
+                self._scope[key] = cached
+        if not cached[1]:
+            raise Forbidden(f"cluster {cluster_id} is outside the fleet scope: {cached[2]}")
+
+    def kube(self, cluster_id: str) -> KubePort:
+        self.check_scope(cluster_id)
+        key = cluster_id.lower()
+        with self._lock:
+            client = self._kube.get(key)
+        if client is not None:
+            return client
+        from shared.kube import KubeClient
+
+        kubeconfig = self.aks().kubeconfig(cluster_id)
+        made = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
+                          ca_bundle=self._settings.ca_bundle, clock=self._clock, cluster_id=cluster_id)
+        with self._lock:
+            return self._kube.setdefault(key, made)
+
+    def clusters(self) -> list[ClusterInfo]:
+        """The clusters in scope now (shared.scope.discover)."""
+        from shared.scope import discover
+
+        return discover(self.aks(), self._settings)
+
+    def forget(self, cluster_id: str) -> None:
+        """Drop the cached client and scope answer of a cluster (its credentials or tags changed)."""
+        key = cluster_id.lower()
+        with self._lock:
+            self._scope.pop(key, None)
+            client = self._kube.pop(key, None)
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
+
+
+def instance_name(settings: Settings) -> str:
+    """Who owns claims and leases: STEWARD_INSTANCE_NAME, else host name and process id."""
+    return settings.instance_name or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def build_context(settings: Settings | None = None, **overrides: Any) -> Context:
+    """A Context wired to the real adapters (``overrides`` replace any of its fields)."""
+    from shared import clock as clocks
+    from shared import telemetry
+    from shared.context import Context
+
+    telemetry.install_log_record_factory()
+    if settings is None:
+        from shared.settings import load
+
+        settings = load()
+    instance = overrides.pop("instance", None) or instance_name(settings)
+    fields: dict[str, Any] = dict(overrides)
+    if "access" not in fields:
+        fields["access"] = FleetAccess(settings)
+    if "ledger" not in fields:
+        from shared.ledger import TableLedger
+
+        fields["ledger"] = TableLedger.from_settings(settings)
+    if "events" not in fields:
+        from shared.events import EventPublisher
+
+        credential = fields["access"].credential() if isinstance(fields["access"], FleetAccess) else None
+        if credential is None:
+            from shared.identity import get_credential
+
+            credential = get_credential(settings)
+        fields["events"] = EventPublisher(credential, settings)
+    if "telemetry" not in fields:
+        fields["telemetry"] = telemetry.Telemetry.from_settings(settings, instance=instance)
+    fields.setdefault("clock", clocks.current())
+    context = Context(settings=settings, instance=instance, **fields)
+    log.info("steward context built", extra={"instance": instance, "settings": settings.describe()})
+    return context
+
+
+_context: Context | None = None
+_context_lock = threading.Lock()
+
+
+def get_context() -> Context:
+    """The process-wide Context, built on first use."""
+    global _context
+    with _context_lock:
+        if _context is None:
+            _context = build_context()
+        return _context
+
+
+def set_context(context: Context | None) -> Context | None:
+    """Install ``context`` as the process-wide one (tests, the local host); returns the previous one."""
+    global _context
+    with _context_lock:
+        previous, _context = _context, context
+        return previous

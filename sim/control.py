@@ -1,0 +1,129 @@
+"""The simulator's control API (``/_sim/...``): what tests, the demo and drills use to look and poke.
+
+It is not part of any Azure protocol and needs no token. Everything here either reads the oracles
+and state, or changes the world the way nature would (a GPU condition flips, quota shrinks, a team
+deploys a workload, a fault starts), never the way the app would.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sim.http import Request, Response
+from sim.model import Fleet
+from sim.scenario import ScenarioError, add_workload, flip_now
+from sim.tokens import KNOWN_AUDIENCES
+
+
+def _err(status: int, message: str) -> Response:
+    return Response.json(status, {"error": {"code": "BadRequest" if status == 400 else "Error", "message": message}})
+
+
+class ControlApi:
+    def __init__(self, fleet: Fleet, *, extra: dict[str, Any] | None = None) -> None:
+        self.fleet = fleet
+        self.extra = extra or {}
+        self.handlers: dict[str, Any] = {}
+
+    def route(self, request: Request) -> str:
+        return request.path
+
+    def handle(self, request: Request) -> Response:
+        path = request.path.rstrip("/")
+        body: Any = None
+        if request.body:
+            try:
+                body = json.loads(request.body)
+            except ValueError as e:
+                return _err(400, f"body is not JSON: {e}")
+        key = (request.method, path.removeprefix("/_sim"))
+        try:
+            with self.fleet.lock:
+                self.fleet.pump()
+                return self._dispatch(key, request, body)
+        except ScenarioError as e:
+            return _err(400, str(e))
+        except (ValueError, TypeError, KeyError) as e:
+            return _err(400, f"{type(e).__name__}: {e}")
+
+    def _dispatch(self, key: tuple[str, str], request: Request, body: Any) -> Response:
+        fleet = self.fleet
+        method, sub = key
+        if sub in ("", "/") and method == "GET":
+            return Response.json(200, {"endpoints": ["/_sim/oracles", "/_sim/state", "/_sim/clock", "/_sim/conditions",
+                                                     "/_sim/faults", "/_sim/quota", "/_sim/capacity",
+                                                     "/_sim/workloads", "/_sim/advance", "/_sim/token"]})
+        if key == ("GET", "/oracles"):
+            report = fleet.oracles.report()
+            faults = getattr(fleet, "faults", None)
+            report["faults_fired"] = list(getattr(faults, "fired", []) or [])
+            return Response.json(200, report)
+        if key == ("GET", "/state"):
+            return Response.json(200, fleet.state())
+        if key == ("GET", "/clock"):
+            return Response.json(200, {"now": fleet.clock.now(), **fleet.clock.published()})
+        if key == ("POST", "/advance"):
+            if not fleet.clock.manual:
+                return _err(409, "the clock is not manual (scenario clock.manual: true)")
+            seconds = float((body or {}).get("seconds", 0))
+            fleet.advance(seconds)
+            return Response.json(200, {"now": fleet.clock.now()})
+        if key == ("POST", "/conditions"):
+            if not isinstance(body, dict):
+                return _err(400, "body must be {cluster, node | pool+node_index, type, status, fixed_by}")
+            node = flip_now(fleet, body)
+            fleet.settle()
+            return Response.json(200, {"node": node})
+        if sub == "/faults":
+            faults = getattr(fleet, "faults", None)
+            if faults is None:
+                return _err(503, "sim.faults is not available")
+            if method == "POST":
+                rules = body if isinstance(body, list) else [body]
+                added = []
+                for rule in rules:
+                    try:
+                        added.append(faults.add(rule).describe())
+                    except ValueError as e:
+                        return _err(400, str(e))
+                return Response.json(201, {"added": added})
+            if method == "GET":
+                return Response.json(200, {"rules": faults.describe(), "fired": list(faults.fired)})
+            if method == "DELETE":
+                faults.clear()
+                return Response.json(200, {"rules": []})
+        if key == ("POST", "/quota"):
+            if not isinstance(body, dict):
+                return _err(400, "body must be {subscription, location, family, limit}")
+            k = (str(body["subscription"]), str(body["location"]).lower(), str(body["family"]))
+            fleet.quotas[k] = int(body["limit"])
+            return Response.json(200, {"quota": {"subscription": k[0], "location": k[1], "family": k[2],
+                                                 "limit": fleet.quotas[k], "in_use": fleet.vcpus_in_use(*k)}})
+        if key == ("GET", "/quota"):
+            return Response.json(200, {"quotas": [{"subscription": s, "location": loc, "family": f, "limit": v,
+                                                   "in_use": fleet.vcpus_in_use(s, loc, f)}
+                                                  for (s, loc, f), v in sorted(fleet.quotas.items())]})
+        if key == ("POST", "/capacity"):
+            if not isinstance(body, dict):
+                return _err(400, "body must be {location, vmSize, available}")
+            fleet.capacity[(str(body["location"]).lower(), str(body["vmSize"]))] = int(body["available"])
+            return Response.json(200, {"capacity": [{"location": loc, "vmSize": s, "available": v}
+                                                    for (loc, s), v in sorted(fleet.capacity.items())]})
+        if key == ("POST", "/workloads"):
+            if not isinstance(body, dict) or "cluster" not in body or "workload" not in body:
+                return _err(400, "body must be {cluster, workload}")
+            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
+            if cluster is None:
+                return _err(404, f"no cluster {body['cluster']!r}")
+            created = add_workload(cluster, body["workload"], "workload")
+            fleet.settle()
+            return Response.json(201, {"created": created})
+        if key == ("POST", "/token"):
+            audience = str((body or {}).get("audience", ""))
+            if fleet.tokens.normalise_audience(audience) not in {fleet.tokens.normalise_audience(a)
+                                                                for a in KNOWN_AUDIENCES} and not (body or {}).get("any"):
+                return _err(400, f"unknown audience {audience!r}")
+            token, exp = fleet.tokens.issue(audience, principal=str((body or {}).get("principal", "sim-control")))
+            return Response.json(200, {"access_token": token, "expires_on": exp})
+        return _err(404, f"no control endpoint {method} /_sim{sub}")

@@ -1,0 +1,88 @@
+"""Host processes: two instances share a queue; a crashed instance's message comes back to the other."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.queue import QueueClient
+
+from devhost.processes import HostProcess
+
+FAKE_APP = Path(__file__).resolve().parent / "fake_app"
+
+
+def _settings(connection: str, queues: dict[str, str]) -> dict[str, str]:
+    return {"AzureWebJobsStorage": connection, "TICK_SCHEDULE": "0 0 0 1 1 *", **queues}
+
+
+def _host(settings: dict[str, str], tmp_path: Path, name: str, **kwargs: Any) -> HostProcess:
+    return HostProcess(settings, app_dir=FAKE_APP, subscriptions=FAKE_APP / "eventgrid_subscriptions.json",
+                       name=name, work_dir=tmp_path, **kwargs)
+
+
+def _queue(connection: str, name: str) -> QueueClient:
+    client = QueueClient.from_connection_string(connection, name)
+    with contextlib.suppress(ResourceExistsError):
+        client.create_queue()
+    return client
+
+
+def _send(client: QueueClient, body: dict[str, Any]) -> None:
+    client.send_message(base64.b64encode(json.dumps(body).encode()).decode())
+
+
+def _drained(client: QueueClient, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.get_queue_properties().approximate_message_count == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_two_host_processes_share_the_work_of_one_queue(storage_connection_string: str, queues: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    settings = _settings(storage_connection_string, queues)
+    client = _queue(storage_connection_string, queues["WORK_QUEUE"])
+    first, second = _host(settings, tmp_path, "first").start(), _host(settings, tmp_path, "second").start()
+    try:
+        for n in range(12):
+            _send(client, {"n": n})
+        assert _drained(client, 30)
+    finally:
+        stats = [first.stop(), second.stop()]
+    assert sum(s["functions"]["work"]["succeeded"] for s in stats) == 12
+    assert sum(s["functions"]["work"]["failed"] for s in stats) == 0
+
+
+def test_a_message_held_by_a_crashed_host_is_processed_by_another_after_its_lease(
+        storage_connection_string: str, queues: dict[str, str], tmp_path: Path) -> None:
+    settings = _settings(storage_connection_string, queues)
+    client = _queue(storage_connection_string, queues["WORK_QUEUE"])
+    doomed = _host(settings, tmp_path, "doomed", queue_lease_s=2).start()
+    _send(client, {"sleep": 30, "tag": "long"})
+    deadline = time.monotonic() + 20
+    while "Executing 'Functions.work'" not in doomed.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    doomed.kill()
+    assert doomed.stats() == {}  # a crash writes nothing
+    survivor = _host(settings, tmp_path, "survivor", queue_lease_s=2).start()
+    try:
+        _send(client, {"tag": "after the crash"})
+        time.sleep(0.2)
+        assert "Executing 'Functions.work'" in survivor.log()
+    finally:
+        survivor.kill()
+    # The long message comes back (lease of 2 s, no renewal from the dead host) and is picked up again.
+    third = _host(settings, tmp_path, "third", queue_lease_s=2).start()
+    deadline = time.monotonic() + 20
+    while third.log().count("Executing 'Functions.work'") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    third.kill()
+    assert third.log().count("Executing 'Functions.work'") >= 1

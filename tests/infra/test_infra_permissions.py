@@ -1,0 +1,233 @@
+"""The deployment grants exactly the permissions the code declares, on the scopes where it uses them.
+
+The code declares each ARM action and Kubernetes verb on the adapter method that needs it
+(shared.permissions.requires_arm / requires_kube); the custom Azure role, the ClusterRole and the
+Azure RBAC for Kubernetes role are compared with those declarations, collected at test time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import pytest
+from infra_facts import INFRA, FactError, bicep, load_yaml_documents, resource, resource_body, variable
+
+from shared.permissions import collect_arm_actions, collect_kube_rules
+
+CLUSTER_ROLE = INFRA / "kubernetes" / "clusterrole.yaml"
+CLUSTER_ROLE_BINDING = INFRA / "kubernetes" / "clusterrolebinding.yaml"
+AKS_DATA_ACTION_PREFIX = "Microsoft.ContainerService/managedClusters/"
+
+# API groups served by Kubernetes itself; anything else is a custom resource (Karpenter's kinds),
+# which Azure RBAC for Kubernetes cannot grant by name (only with managedClusters/*/read).
+BUILT_IN_GROUPS = {"", "apps", "batch", "policy", "autoscaling"}
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise FactError(f"{name} cannot be imported ({exc}); the permissions it declares cannot be checked") from None
+
+
+def code_arm_actions() -> set[str]:
+    return collect_arm_actions(_import("shared.aks"), _import("shared.compute"))
+
+
+def code_kube_rules() -> set[tuple[str, str, str]]:
+    return collect_kube_rules(_import("shared.kube"))
+
+
+def is_built_in(group: str) -> bool:
+    return group in BUILT_IN_GROUPS or group.endswith(".k8s.io")
+
+
+def azure_data_action(group: str, resource: str, verb: str) -> str:
+    """The Azure RBAC for Kubernetes data action checked for a Kubernetes request.
+
+    As the AKS authorization webhook (kubeguard/guard, checkaccessreqhelper.go) builds it: the API
+    group (none for core), the resource without its sub-resource (except pods/exec), and the verb
+    folded to read / write / delete.
+    """
+    base, _, sub = resource.partition("/")
+    if base == "pods" and sub == "exec":
+        tail = "pods/exec/action"
+    else:
+        folded = {"get": "read", "list": "read", "watch": "read", "create": "write", "update": "write",
+                  "patch": "write", "delete": "delete", "deletecollection": "delete"}[verb]
+        tail = f"{base}/{folded}"
+    return AKS_DATA_ACTION_PREFIX + (f"{group}/" if group else "") + tail
+
+
+def cluster_role() -> dict[str, Any]:
+    if not CLUSTER_ROLE.exists():
+        raise FactError("infra/kubernetes/clusterrole.yaml does not exist")
+    roles = [d for d in load_yaml_documents(CLUSTER_ROLE) if d.get("kind") == "ClusterRole"]
+    assert len(roles) == 1, "clusterrole.yaml must hold exactly one ClusterRole"
+    return roles[0]
+
+
+def cluster_role_rules() -> set[tuple[str, str, str]]:
+    out = set()
+    for rule in cluster_role()["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                for verb in rule["verbs"]:
+                    out.add((group, res, verb))
+    return out
+
+
+# --- Azure: the custom role ------------------------------------------------------------------
+
+
+def test_the_custom_role_holds_exactly_the_arm_actions_the_code_declares() -> None:
+    declared = code_arm_actions()
+    assert declared, "shared.aks and shared.compute declare no ARM action (expected @requires_arm on the adapters)"
+    granted = set(variable(bicep("app/steward-role.bicep"), "actions"))
+    assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
+                                 f"called but not granted: {sorted(declared - granted)}")
+
+
+def test_the_custom_role_grants_no_wildcard_no_data_action_and_no_exclusion() -> None:
+    doc = bicep("app/steward-role.bicep")
+    role = resource_body(resource(doc, "role"))
+    [permissions] = role["properties"]["permissions"]
+    assert permissions["actions"] == "actions"
+    assert permissions["notActions"] == [] and permissions["dataActions"] == [] and permissions["notDataActions"] == []
+    assert not [a for a in variable(doc, "actions") if "*" in a]
+    assert role["properties"]["type"] == "CustomRole"
+    assert role["properties"]["assignableScopes"] == "assignableScopes"
+
+
+def test_the_roles_are_assignable_in_every_fleet_subscription() -> None:
+    doc = bicep("main.bicep")
+    scopes = variable(doc, "assignableScopes")
+    assert scopes["loop_type"]["detail"]["array_name"] == "fleetSubscriptions"
+    for name in ("stewardRole", "kubernetesRole"):
+        assert doc["modules"][name]["config"]["params"]["assignableScopes"] == "assignableScopes"
+
+
+def _loop_module(name: str) -> dict[str, Any]:
+    module = bicep("main.bicep")["modules"][name]
+    assert "loop_type" in module["config"], f"module {name} is not a loop over a parameter list"
+    return module
+
+
+def _scope_resource_group_argument(module: dict[str, Any]) -> Any:
+    return module["config"]["config"]["scope"]["function"]["parameters"]["resource_group_name"]
+
+
+def test_the_role_is_granted_on_each_listed_cluster() -> None:
+    module = _loop_module("clusterAccess")
+    assert module["detail"]["path"] == "./app/cluster-access.bicep"
+    assert module["config"]["loop_type"]["detail"]["array_name"] == "accessClusters"
+    access = bicep("app/cluster-access.bicep")
+    grant = resource_body(resource(access, "stewardOnCluster"))
+    assert grant["scope"] == "cluster"
+    assert resource(access, "cluster")["existing"] is True
+
+
+def test_the_role_is_granted_on_each_clusters_node_resource_group_for_the_vm_actions() -> None:
+    compute_actions = {a for a in code_arm_actions() if a.startswith("Microsoft.Compute/")}
+    assert compute_actions, "the code declares no compute action; the node resource group grant would be unneeded"
+    module = _loop_module("nodeResourceGroupAccess")
+    assert module["config"]["loop_type"]["detail"]["array_name"] == "accessClusters"
+    assert _scope_resource_group_argument(module) == {
+        "operator": {"type": "property_accessor", "operands": {"operand_1": "cluster", "operand_2": "nodeResourceGroup"}}}
+
+
+def test_the_role_can_be_granted_on_whole_resource_groups() -> None:
+    module = _loop_module("resourceGroupAccess")
+    assert module["config"]["loop_type"]["detail"]["array_name"] == "accessResourceGroupIds"
+    grant = resource_body(resource(bicep("app/resource-group-access.bicep"), "stewardOnGroup"))
+    assert "scope" not in grant  # the module's own scope: the resource group
+
+
+def test_every_grant_is_to_the_apps_identity() -> None:
+    for name in ("clusterAccess", "nodeResourceGroupAccess", "resourceGroupAccess"):
+        params = bicep("main.bicep")["modules"][name]["config"]["config"]["params"]
+        assert params["principalId"]["operator"]["operands"]["operand_1"] == "identity", name
+
+
+# --- Kubernetes: the ClusterRole and the Azure RBAC for Kubernetes role -----------------------
+
+
+def test_the_cluster_role_grants_exactly_the_kubernetes_calls_the_code_declares() -> None:
+    declared = code_kube_rules()
+    assert declared, "shared.kube declares no Kubernetes call (expected @requires_kube on the adapter)"
+    granted = cluster_role_rules()
+    assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
+                                 f"called but not granted: {sorted(declared - granted)}")
+
+
+def test_the_cluster_role_never_grants_wildcards_secrets_or_pod_deletion() -> None:
+    rules = cluster_role_rules()
+    assert not [r for r in rules if "*" in r]
+    assert not [r for r in rules if r[1] == "secrets"]
+    assert ("", "pods", "delete") not in rules
+
+
+def test_the_binding_gives_the_cluster_role_to_the_apps_identity() -> None:
+    [binding] = [d for d in load_yaml_documents(CLUSTER_ROLE_BINDING) if d.get("kind") == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": cluster_role()["metadata"]["name"]}
+    [subject] = binding["subjects"]
+    assert subject["kind"] in ("User", "Group")
+    assert subject["name"] == "${STEWARD_PRINCIPAL_ID}"
+    assert "STEWARD_PRINCIPAL_ID" in bicep("main.bicep")["outputs"], "main.bicep must output the identity's object id"
+
+
+def test_the_azure_rbac_kubernetes_role_maps_to_the_same_calls() -> None:
+    rules = code_kube_rules()
+    expected = {azure_data_action(g, r, v) for g, r, v in rules if is_built_in(g)}
+    granted = set(variable(bicep("app/kubernetes-role.bicep"), "dataActions"))
+    assert granted == expected, (f"granted but never called: {sorted(granted - expected)}; "
+                                 f"called but not granted: {sorted(expected - granted)}")
+
+
+def test_custom_resources_are_left_to_the_cluster_role() -> None:
+    custom = {(g, r, v) for g, r, v in cluster_role_rules() if not is_built_in(g)}
+    granted = variable(bicep("app/kubernetes-role.bicep"), "dataActions")
+    assert not [a for a in granted if "*" in a], "a wildcard data action would also cover secrets"
+    for group, _, _ in custom:
+        assert not [a for a in granted if a.startswith(f"{AKS_DATA_ACTION_PREFIX}{group}/")]
+    script = (INFRA.parent / "scripts" / "apply-kube-rbac.sh").read_text(encoding="utf-8")
+    assert "clusterrole.yaml" in script and "clusterrolebinding.yaml" in script
+
+
+def test_the_kubernetes_role_holds_data_actions_only_and_is_assigned_with_the_cluster_grant() -> None:
+    role = resource_body(resource(bicep("app/kubernetes-role.bicep"), "role"))
+    [permissions] = role["properties"]["permissions"]
+    assert permissions["actions"] == [] and permissions["dataActions"] == "dataActions"
+    access = bicep("app/cluster-access.bicep")
+    assignment = resource(access, "kubernetesOnCluster")
+    assert resource_body(assignment)["scope"] == "cluster"
+    assert assignment["config"].get("condition"), "the Kubernetes role must be skippable (clusters without Azure RBAC)"
+
+
+@pytest.mark.parametrize(
+    ("rule", "action"),
+    [
+        (("", "nodes", "get"), "nodes/read"),
+        (("", "nodes", "patch"), "nodes/write"),
+        (("", "pods/eviction", "create"), "pods/write"),
+        (("", "pods/exec", "create"), "pods/exec/action"),
+        (("coordination.k8s.io", "leases", "update"), "coordination.k8s.io/leases/write"),
+        (("policy", "poddisruptionbudgets", "list"), "policy/poddisruptionbudgets/read"),
+        (("batch", "jobs", "delete"), "batch/jobs/delete"),
+    ],
+    ids=["get is read", "patch is write", "an eviction is a pod write", "exec is its own action",
+         "leases keep their group", "PDB list is read", "delete stays delete"],
+)
+def test_kubernetes_requests_map_to_azure_data_actions_as_aks_checks_them(
+        rule: tuple[str, str, str], action: str) -> None:
+    assert azure_data_action(*rule) == AKS_DATA_ACTION_PREFIX + action
+
+
+def test_the_manifests_are_where_the_docs_and_script_say() -> None:
+    assert CLUSTER_ROLE.is_file() and CLUSTER_ROLE_BINDING.is_file()
+    for doc in (INFRA.parent / "docs" / "deploy.md", INFRA.parent / "scripts" / "apply-kube-rbac.sh"):
+        assert "infra/kubernetes" in doc.read_text(encoding="utf-8"), f"{doc.name} does not point at the manifests"

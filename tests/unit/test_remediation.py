@@ -1,0 +1,468 @@
+"""The remediation state machine over the in-memory ledger and a faked fleet.
+
+Faked (tests/unit/fakes_remediation.py): Kubernetes, ARM, VMSS and Event Grid. Real: the ledger
+(InMemoryLedger), the reconciler, the settings, and every decision.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import msgspec
+import pytest
+
+from shared import health, remediation
+from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from tests.unit.fakes_remediation import CLUSTER, Fleet, make_pod, run_until_settled, unhealthy_event
+
+EV = remediation.EVENT_PREFIX
+
+
+def one_broken(policy: RemediationPolicy | None = None, *, condition: str = DEVICE_PLUGIN, size: int = 5) -> Fleet:
+    fleet = Fleet(policy=policy)
+    fleet.pool(size, unhealthy=[1], condition=condition)
+    fleet.kube.add_pods(make_pod("web-1", "aks-gpu-1"), make_pod("dcgm", "aks-gpu-1", owner="DaemonSet"))
+    return fleet
+
+
+def records(fleet: Fleet) -> list[msgspec.Struct]:
+    return fleet.ledger.list(remediation.KIND)
+
+
+LADDERS = [
+    ("restart heals", {"restart": "heals"}, remediation.RESTARTED_EV),
+    ("restart fails, reimage heals", {"restart": "fails", "reimage": "heals"}, remediation.REIMAGED_EV),
+    ("restart is refused by Azure, reimage heals", {"restart": "refused", "reimage": "heals"}, remediation.REIMAGED_EV),
+    ("restart and reimage fail, replace brings a healthy node", {"restart": "fails", "reimage": "fails"},
+     remediation.REPLACED_EV),
+]
+
+
+@pytest.mark.parametrize("condition", [DEVICE_PLUGIN, DCGM])
+@pytest.mark.parametrize(("outcomes", "repaired_by"), [c[1:] for c in LADDERS], ids=[c[0] for c in LADDERS])
+def test_each_condition_is_repaired_by_the_first_rung_that_works(condition: str, outcomes: dict[str, str],
+                                                                 repaired_by: str) -> None:
+    fleet = one_broken(condition=condition)
+    fleet.compute.outcomes.update(outcomes)
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet, condition=condition)).startswith("admitted")
+    assert run_until_settled(fleet) == [remediation.DONE]
+    types = fleet.events.types()
+    assert EV + repaired_by in types and EV + remediation.RECOVERED_EV in types
+    assert [t for t in types if t.endswith(("Restarted", "Reimaged", "Replaced"))] == [EV + repaired_by]
+    assert fleet.kube.list_pods(node_name="aks-gpu-1") == [] or repaired_by != remediation.REPLACED_EV
+    assert not [p for p in fleet.kube.pods.values() if p.name == "web-1"], "the workload pod was evicted"
+    if repaired_by == remediation.REPLACED_EV:
+        assert "aks-gpu-1" not in fleet.kube.nodes
+        assert fleet.aks.counts["gpu"] == 5, "the pool is back to its count"
+        assert ("put_pool", "gpu", 6) in fleet.aks.writes, "surge first"
+    else:
+        node = fleet.kube.nodes["aks-gpu-1"]
+        assert not node.unschedulable and health.CORDONED_BY_LABEL not in node.labels
+        assert health.STATE_ANNOTATION not in node.annotations
+    assert fleet.ledger.get(remediation.BUDGET_KIND, remediation.BUDGET_ID).data["slots"] == {}
+
+
+def test_every_rung_failing_ends_cordoned_with_gave_up() -> None:
+    fleet = one_broken()
+    fleet.aks.new_nodes_broken = True
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    node = fleet.kube.nodes["aks-gpu-1"]
+    assert node.unschedulable and node.labels[health.CORDONED_BY_LABEL]
+    assert EV + remediation.GAVE_UP_EV in fleet.events.types()
+    assert any(e["reason"] == "StewardGaveUp" and e["type"] == "Warning" for e in fleet.kube.events)
+
+
+def test_a_surge_without_quota_falls_back_to_delete_then_scale_and_says_so() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("replace",)))
+    fleet.aks.quota = 0
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w for w in fleet.aks.writes if w[0] == "delete_machines"] == [("delete_machines", "gpu", ("aks-gpu-1",))]
+    assert ("put_pool", "gpu", 5) in fleet.aks.writes and fleet.aks.counts["gpu"] == 5
+    assert any(e["reason"] == "StewardSurgeFallback" for e in fleet.kube.events)
+    assert "falling back" in str(records(fleet)[0].history)
+
+
+def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    fleet.kube.patch_node("aks-gpu-1", {"spec": {"unschedulable": True}})  # an operator, just after admission
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert fleet.kube.nodes["aks-gpu-1"].unschedulable
+    assert not [p for p in fleet.kube.pods.values() if p.name == "web-1"]
+
+
+def test_a_flapping_condition_causes_no_remediation() -> None:
+    fleet = one_broken()
+    event = unhealthy_event("aks-gpu-1", fleet=fleet)
+    fleet.break_node("aks-gpu-1", at=fleet.clock.now() - 30)  # went False and True again 30 s ago
+    assert fleet.handle(event).startswith("ignored")
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("ignored")  # fresh, under threshold
+    assert records(fleet) == []
+
+
+def test_a_missing_condition_causes_no_remediation() -> None:
+    fleet = Fleet()
+    fleet.pool(3)
+    node = fleet.kube.nodes["aks-gpu-0"]
+    fleet.kube.nodes["aks-gpu-0"] = msgspec.structs.replace(
+        node, conditions=tuple(c for c in node.conditions if c.type == "Ready"))
+    event = unhealthy_event("aks-gpu-0", fleet=fleet, since=fleet.clock.now() - 3600)
+    assert fleet.handle(event).startswith("ignored")
+    assert records(fleet) == []
+
+
+def test_duplicated_late_and_out_of_order_events_cause_exactly_one_remediation() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    since = fleet.kube.nodes["aks-gpu-1"].condition(DEVICE_PLUGIN).last_transition
+    event = unhealthy_event("aks-gpu-1", fleet=fleet)
+    older = unhealthy_event("aks-gpu-1", fleet=fleet, since=since - 600)  # an earlier fault, delivered late
+    answers = [fleet.handle(e) for e in (event, event, older, event)]
+    assert answers[0].startswith("admitted")
+    assert [a.split(":")[0] for a in answers[1:]] == ["duplicate", "ignored", "duplicate"]
+    run_until_settled(fleet)
+    assert fleet.handle(event).startswith(("duplicate", "ignored"))  # redelivered after the repair
+    assert [r.state for r in records(fleet)] == [remediation.DONE]
+    assert fleet.events.types().count(EV + remediation.ADMITTED_EV) == 1
+
+
+def test_two_hosts_over_one_ledger_cause_exactly_one_remediation() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    a, b = fleet.ctx("host-a"), fleet.ctx("host-b")
+    event = unhealthy_event("aks-gpu-1", fleet=fleet)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(remediation.handle_event(event, c)))
+               for c in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.startswith("admitted") for r in results) == 1, results
+    for _ in range(30):
+        run_until_settled(fleet, a, max_rounds=1)
+        run_until_settled(fleet, b, max_rounds=1)
+    assert [r.state for r in records(fleet)] == [remediation.DONE]
+    assert [w for w in fleet.compute.writes if w[0] == "restart"].__len__() == 1
+
+
+def test_ten_of_twenty_unhealthy_never_exceed_the_pool_budget() -> None:
+    fleet = Fleet(policy=RemediationPolicy(breaker_enabled=False))
+    names = fleet.pool(20, unhealthy=range(10))
+    fleet.compute.outcomes["restart"] = "heals"
+    hosts = [fleet.ctx("host-a"), fleet.ctx("host-b")]
+    worst = 0
+    for round_ in range(200):
+        for name in names[:10]:
+            node = fleet.kube.nodes[name]
+            if node.condition(DEVICE_PLUGIN).status == "True":
+                remediation.handle_event(unhealthy_event(name, fleet=fleet), hosts[round_ % 2])
+        run_until_settled(fleet, hosts[round_ % 2], max_rounds=1)
+        down = [n for n in fleet.kube.nodes.values() if n.unschedulable or not n.ready]
+        worst = max(worst, len(down))
+        if all(fleet.kube.nodes[n].condition(DEVICE_PLUGIN).status == "False" for n in names[:10]):
+            break
+        fleet.clock.advance(20)
+    assert worst == 1
+    assert all(fleet.kube.nodes[n].condition(DEVICE_PLUGIN).status == "False" for n in names[:10])
+    assert len(records(fleet)) == 10
+
+
+def test_ten_of_twenty_unhealthy_open_the_breaker_and_refuse_remediation() -> None:
+    from shared import sweep
+
+    fleet = Fleet()
+    fleet.pool(20, unhealthy=range(10), since=fleet.clock.now() - 301)
+    report = sweep.sweep(fleet.ctx())
+    assert report.breaker == "open" and report.published == 10
+    answers = [fleet.handle(e) for e in fleet.events.delivered(remediation.UNHEALTHY_EVENT)]
+    assert len(answers) == 10
+    assert all(a.startswith("refused (breaker)") for a in answers), answers
+    assert records(fleet) == []
+
+
+def test_a_drain_blocked_by_a_pdb_waits_and_retries_until_the_pdb_allows() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    fleet.kube.pdb_blocked.add("default/web-1")
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    run_until_settled(fleet, max_rounds=20)
+    rec = records(fleet)[0]
+    assert rec.state == remediation.DRAINING
+    assert "PodDisruptionBudget" in str(rec.data["drain"]["messages"])
+    evictions = [w for w in fleet.kube.writes if w[0] == "evict"]
+    assert len(evictions) >= 3 and fleet.compute.writes == []
+    fleet.kube.pdb_blocked.clear()
+    assert run_until_settled(fleet) == [remediation.DONE]
+
+
+def test_a_drain_past_its_deadline_holds_the_node_cordoned_by_default() -> None:
+    fleet = one_broken(RemediationPolicy(drain_timeout_s=600))
+    fleet.kube.pdb_blocked.add("default/web-1")
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert fleet.kube.nodes["aks-gpu-1"].unschedulable and fleet.compute.writes == []
+
+
+def test_a_drain_past_its_deadline_with_release_uncordons_and_ends_released() -> None:
+    fleet = one_broken(RemediationPolicy(drain_timeout_s=600, drain_fallback="release"))
+    fleet.kube.pdb_blocked.add("default/web-1")
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.RELEASED]
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
+    assert any(p.name == "web-1" for p in fleet.kube.pods.values()), "never force-deleted"
+
+
+CRASHES = [("restart heals", {"restart": "heals"}, ("restart", "reimage", "replace")),
+           ("reimage heals", {"reimage": "heals"}, ("restart", "reimage", "replace")),
+           ("surge replace", {}, ("replace",)),
+           ("every rung fails", {}, ("restart", "reimage"))]
+
+
+def _drive(fleet: Fleet, *, crash: bool) -> list[str]:
+    """Advance step by step; with ``crash``, every step first runs once and is thrown away unsaved."""
+    ctx = fleet.ctx()
+    for _ in range(500):
+        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
+        if not active:
+            break
+        rec = active[0]
+        if rec.next_at > fleet.clock.now():
+            fleet.clock.advance(rec.next_at - fleet.clock.now())
+        if crash:
+            remediation.advance(rec, ctx)  # the host dies after the step's effects, before the save
+        fleet.ledger.save(remediation.advance(rec, ctx))
+    return [r.state for r in records(fleet)]
+
+
+def _world(fleet: Fleet) -> tuple:
+    nodes = tuple(sorted((n.name, n.unschedulable, n.condition(DEVICE_PLUGIN).status) for n in fleet.kube.nodes.values()))
+    outcome = [t for t in fleet.events.types() if t.startswith(EV)]
+    return nodes, fleet.aks.counts["gpu"], tuple(dict.fromkeys(outcome))
+
+
+@pytest.mark.parametrize(("outcomes", "ladder"), [c[1:] for c in CRASHES], ids=[c[0] for c in CRASHES])
+def test_a_crash_after_any_step_resumes_to_the_same_end_state(outcomes: dict[str, str], ladder: tuple[str, ...]) -> None:
+    ends = []
+    for crash in (False, True):
+        fleet = one_broken(RemediationPolicy(ladder=ladder))
+        fleet.compute.outcomes.update(outcomes)
+        fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+        ends.append((_drive(fleet, crash=crash), _world(fleet)))
+    assert ends[0] == ends[1]
+
+
+def test_dry_run_records_every_decision_and_changes_nothing() -> None:
+    fleet = one_broken(RemediationPolicy(dry_run=True))
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert fleet.cluster_writes() == []
+    dry = [e for e in fleet.events.published if e["type"] == EV + remediation.DRY_RUN_EV]
+    assert [e["data"]["note"].split(":")[1].split()[1] for e in dry[:3]] == ["cordon", "evict", "restart"]
+    assert records(fleet)[0].data["dry_run"] is True
+
+
+@pytest.mark.parametrize("how", ["app setting", "cluster tag", "node label"])
+def test_a_pause_refuses_remediation_with_the_reason(how: str) -> None:
+    fleet = one_broken()
+    ctx = fleet.ctx(paused=how == "app setting")
+    if how == "cluster tag":
+        fleet.aks.tags["gpu-fleet-steward/paused"] = "true"
+    if how == "node label":
+        node = fleet.kube.nodes["aks-gpu-1"]
+        fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(node, labels={**node.labels,
+                                                                              "gpu-fleet-steward/opt-out": "true"})
+    answer = remediation.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
+    assert answer.startswith("refused (paused)")
+    assert remediation.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx).startswith("refused (paused, already")
+    assert records(fleet) == [] and fleet.cluster_writes() == []
+    assert fleet.events.types() == [EV + remediation.REFUSED_EV]
+
+
+def test_a_node_repaired_recently_is_refused_for_cooldown_then_capped_after_three_attempts() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    for attempt in range(3):
+        fleet.break_node("aks-gpu-1", at=fleet.clock.now())
+        fleet.clock.advance(301)
+        answer = fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+        assert answer.startswith("admitted"), (attempt, answer)
+        run_until_settled(fleet)
+        fleet.break_node("aks-gpu-1", at=fleet.clock.now())
+        fleet.clock.advance(301)
+        assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("refused (cooldown)")
+        fleet.clock.advance(3600)
+    fleet.break_node("aks-gpu-1", at=fleet.clock.now())
+    fleet.clock.advance(301)
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("refused (attempts)")
+    assert [r.state for r in records(fleet)] == [remediation.DONE] * 3
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"source": "/someone-else"}, "ignored: source"),
+    ({"type": "Steward.Something.Else"}, "ignored: type"),
+    ({"cluster": CLUSTER.replace("c1", "c2")}, "ignored: cluster"),
+    ({"data": "not json"}, "ignored: malformed"),
+], ids=["a foreign source", "another event type", "a cluster out of scope", "a malformed payload"])
+def test_foreign_or_malformed_events_are_ignored(change: dict, expected: str) -> None:
+    fleet = one_broken()
+    event = unhealthy_event("aks-gpu-1", fleet=fleet, cluster=change.pop("cluster", CLUSTER))
+    event.update(change)
+    assert fleet.handle(event).startswith(expected)
+    assert records(fleet) == []
+
+
+def test_the_node_lease_held_by_another_actor_makes_the_remediation_wait() -> None:
+    fleet = one_broken()
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    fleet.kube.leases["steward-aks-gpu-1"] = ("aks-auto-repair", fleet.clock.now() + 10_000)
+    run_until_settled(fleet, max_rounds=5)
+    rec = records(fleet)[0]
+    assert rec.state == remediation.ADMITTED and "lease" in rec.data["last_note"]
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
+
+
+def test_an_autoscaled_pool_is_replaced_by_delete_only_and_the_autoscaler_owns_its_count() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("replace",)))
+    fleet.aks.autoscaled = True
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w[0] for w in fleet.aks.writes] == ["delete_machines"], "no count PUT on an autoscaled pool"
+    assert EV + remediation.REPLACED_EV in fleet.events.types()
+
+
+def test_events_observed_before_a_breaker_reset_are_refused_as_stale() -> None:
+    from shared import breaker
+
+    fleet = one_broken()
+    event = unhealthy_event("aks-gpu-1", fleet=fleet)
+    fleet.clock.advance(60)
+    breaker.reset(fleet.ctx(), by="alice")
+    assert fleet.handle(event).startswith("refused (stale)")
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+
+
+def test_an_admission_that_crashed_before_noting_the_attempt_is_repaired_not_repeated() -> None:
+    fleet = one_broken()
+    event = unhealthy_event("aks-gpu-1", fleet=fleet)
+    assert fleet.handle(event).startswith("admitted")
+    node_rec = fleet.ledger.get(remediation.NODE_KIND, remediation.node_key(CLUSTER, "aks-gpu-1"))
+    fleet.ledger.delete(node_rec)  # as if the host died right after creating the remediation record
+    assert fleet.handle(event).startswith("duplicate")
+    assert len(records(fleet)) == 1
+    assert fleet.ledger.get(remediation.NODE_KIND, remediation.node_key(CLUSTER, "aks-gpu-1")) is not None
+
+
+def test_metrics_cover_detection_drain_repair_and_in_flight() -> None:
+    from shared import sweep
+    from shared.telemetry import Telemetry
+
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    telemetry = Telemetry(in_memory=True)
+    ctx = fleet.ctx()
+    ctx.telemetry = telemetry
+    sweep.sweep(ctx)
+    [event] = fleet.events.delivered(remediation.UNHEALTHY_EVENT)
+    remediation.handle_event(event, ctx)
+    run_until_settled(fleet, ctx)
+    seen = telemetry.snapshot()
+    for name in ("time_to_detect_s", "drain_time_s", "time_to_repair_s", "remediations_in_flight", "breaker_open",
+                 "remediations_total"):
+        assert seen.get(name), name
+    assert seen["remediations_in_flight"][-1][1] == 0
+
+
+def test_the_policy_reads_its_settings_and_names_the_bad_one() -> None:
+    from shared.env import SettingError
+
+    policy = RemediationPolicy.from_env({
+        "REMEDIATION_CONDITIONS": "XIDErrors,GPUMissing", "REMEDIATION_THRESHOLDS": "XIDErrors=0",
+        "REMEDIATION_LADDER": "replace", "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT": "10%", "REMEDIATION_DRY_RUN": "true",
+        "REMEDIATION_RUNG_TIMEOUTS": "replace=7200", "REMEDIATION_DRAIN_FALLBACK": "release"})
+    assert policy.conditions == ("XIDErrors", "GPUMissing") and policy.threshold_for("XIDErrors") == 0
+    assert policy.threshold_for("GPUMissing") == 300 and policy.ladder == ("replace",)
+    assert policy.pool_max_unavailable_percent == 10 and policy.dry_run and policy.rung_timeout("replace") == 7200
+    assert RemediationPolicy.from_env({}) == RemediationPolicy()
+    for env, name in [({"REMEDIATION_LADDER": "restart,pray"}, "REMEDIATION_LADDER"),
+                      ({"REMEDIATION_THRESHOLDS": "XIDErrors"}, "REMEDIATION_THRESHOLDS"),
+                      ({"BUDGET_POOL_MAX_UNAVAILABLE_PERCENT": "120"}, "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT"),
+                      ({"REMEDIATION_DRAIN_FALLBACK": "force"}, "REMEDIATION_DRAIN_FALLBACK"),
+                      ({"REMEDIATION_RUNG_TIMEOUTS": "reboot=10"}, "REMEDIATION_RUNG_TIMEOUTS")]:
+        with pytest.raises(SettingError, match=name):
+            RemediationPolicy.from_env(env)
+
+
+def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.errors import Invalid
+
+    fleet = one_broken(RemediationPolicy(ladder=("replace",)))
+    real_put = fleet.aks.begin_put_pool
+    busy = {"left": 3}
+
+    def put(cluster_id: str, pool: str, body: dict, *, preview: bool = False) -> None:
+        if busy["left"]:
+            busy["left"] -= 1
+            raise Invalid("Operation is not allowed: Another operation (Upgrading) is in progress on agent pool 'gpu'",
+                          code="OperationNotAllowed")
+        real_put(cluster_id, pool, body, preview=preview)
+
+    monkeypatch.setattr(fleet.aks, "begin_put_pool", put)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert busy["left"] == 0 and ("put_pool", "gpu", 6) in fleet.aks.writes
+    assert records(fleet)[0].data["replace"]["mode"] == "surge"
+
+
+def test_a_cluster_without_the_lease_namespace_still_remediates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.errors import NotFound
+
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+
+    def no_namespace(name: str, **kw: object) -> bool:
+        raise NotFound('namespaces "kube-node-lease-steward" not found')
+
+    monkeypatch.setattr(fleet.kube, "acquire_lease", no_namespace)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+
+
+def test_a_node_left_cordoned_by_an_earlier_attempt_is_adopted_and_uncordoned_once_repaired() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("restart",)))
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert fleet.kube.nodes["aks-gpu-1"].unschedulable
+    fleet.clock.advance(3600)
+    fleet.kube.heal("aks-gpu-1", policy=fleet.policy)
+    fleet.clock.advance(60)
+    fleet.break_node("aks-gpu-1", at=fleet.clock.now())  # a new fault (new transition) on the same node
+    fleet.clock.advance(301)
+    fleet.compute.outcomes["restart"] = "heals"
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    assert run_until_settled(fleet) == [remediation.GAVE_UP, remediation.DONE]
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
+    assert "adopted" in str(records(fleet)[1].history)
+
+
+def test_a_reimage_that_re_registers_the_node_object_counts_as_the_same_node_repaired() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("reimage",)))
+
+    def reimage(vm: str) -> None:
+        name = vm.rsplit("/", 1)[-1]
+        old = fleet.kube.nodes[name]
+        fleet.compute.writes.append(("reimage", vm))
+        fresh = msgspec.structs.replace(old, uid="uid-reimaged", labels={k: v for k, v in old.labels.items()
+                                                                         if not k.startswith("gpu-fleet-steward/")},
+                                        annotations={}, unschedulable=False, created=fleet.clock.now())
+        fleet.kube.nodes[name] = fresh
+        fleet.kube.heal(name, policy=fleet.policy)
+
+    fleet.compute.begin_reimage = reimage  # type: ignore[method-assign]
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert EV + remediation.REIMAGED_EV in fleet.events.types()
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
