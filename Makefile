@@ -11,7 +11,7 @@ VENV = .venv
 PY = $(VENV)/bin/python
 STAMP = $(VENV)/.requirements.stamp
 AZURITE = .tools/azurite/node_modules/.bin/azurite
-SOAK_RUNS = 1000
+SOAK_RUNS ?= 1000
 
 all: test
 

@@ -1,4 +1,7 @@
-"""Event Grid trigger (CloudEvents 1.0): an unhealthy GPU node was reported; admit or refuse it."""
+"""Event Grid trigger (CloudEvents 1.0): an unhealthy GPU node was reported; admit or refuse it.
+
+An admission nudges the reconciler through the nudge queue, so the cordon follows at once.
+"""
 
 import azure.functions as func
 
@@ -9,8 +12,9 @@ bp = func.Blueprint()
 
 @bp.function_name("remediation_events")
 @bp.event_grid_trigger(arg_name="event")
-def remediation_events(event: func.CloudEvent) -> None:
-    entrypoints.handle_gpu_event(
+@bp.queue_output(arg_name="nudge", queue_name="%NUDGE_QUEUE%", connection="AzureWebJobsStorage")
+def remediation_events(event: func.CloudEvent, nudge: func.Out[str]) -> None:
+    result = entrypoints.handle_gpu_event(
         {
             "id": event.id,
             "source": event.source,
@@ -20,3 +24,5 @@ def remediation_events(event: func.CloudEvent) -> None:
             "data": event.get_json(),
         }
     )
+    if result.nudge:
+        nudge.set(result.nudge)

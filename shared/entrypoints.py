@@ -69,13 +69,27 @@ def run_health_sweep(ctx: Context | None = None) -> Any:
         return sweep.sweep(context)
 
 
-def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> str:
+@dataclass(frozen=True)
+class GpuEventResult:
+    """What happened to an unhealthy-node event, and whether to wake the reconciler now.
+
+    An admitted remediation is nudged so that the cordon follows within seconds rather than at the
+    reconciler's next tick: reaction time is one sweep interval plus a few seconds of work.
+    """
+
+    outcome: str
+    nudge: str | None = None
+
+
+def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEventResult:
     """Admit or refuse a remediation for a ``Steward.GpuNode.Unhealthy`` CloudEvent."""
     from shared import remediation, telemetry
 
     context = _ctx(ctx)
     with telemetry.correlation(str(event.get("id") or "") or None):
-        return remediation.handle_event(event, context)
+        outcome = remediation.handle_event(event, context)
+    admitted = outcome.startswith("admitted")
+    return GpuEventResult(outcome=outcome, nudge=f"remediation:{event.get('id')}" if admitted else None)
 
 
 def run_migration_planner(ctx: Context | None = None) -> Any:

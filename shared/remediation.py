@@ -58,7 +58,7 @@ RECOVERED_EV, REFUSED_EV, GAVE_UP_EV, FAILED_EV, DRY_RUN_EV = "Recovered", "Refu
 RUNG_EVENTS: Mapping[str, str] = {"restart": RESTARTED_EV, "reimage": REIMAGED_EV, "replace": REPLACED_EV}
 
 POOL_LABEL = "kubernetes.azure.com/agentpool"
-LEASE_NAMESPACE = "kube-node-lease-steward"
+LEASE_NAMESPACE = "kube-node-lease"  # exists on every cluster; our lease names are prefixed
 SLOT_ORPHAN_S = 300.0  # a slot whose record never appeared is dropped after this
 _ADMIT_TRIES = 6
 _SURGE_FALLBACK_CODES = frozenset({"QuotaExceeded", "AllocationFailed", "ZonalAllocationFailed",
@@ -326,11 +326,15 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
         slots = _live_slots(ctx, (budget_rec.data.get("slots") if budget_rec else {}) or {}, now)
         in_pool = {s["node"] for s in slots.values() if s.get("cluster") == cluster_id and s.get("pool") == node.pool}
+        node_check = budget.node_admission(attempts=[float(a["at"]) for a in attempts],
+                                           last_finished_at=last.updated_at if last is not None else None,
+                                           now=now, policy=policy)
+        # At the attempt cap the node is not repaired again, but it must not keep taking workloads either:
+        # it is cordoned (within the same budgets) and handed to an operator with a GaveUp alert.
+        cap_reached = node_check.code == budget.ATTEMPTS
         admission = budget.admit(
             paused=paused, breaker_open=breaker_open,
-            node=budget.node_admission(attempts=[float(a["at"]) for a in attempts],
-                                       last_finished_at=last.updated_at if last is not None else None,
-                                       now=now, policy=policy),
+            node=budget.Admission.ok(node_check.reason) if cap_reached else node_check,
             pool=budget.pool_admission(pool=node.pool, pool_size=pool_size, unavailable=unavailable_now | in_pool,
                                        candidate=name, policy=policy),
             fleet=budget.fleet_admission(in_flight=len(slots), policy=policy),
@@ -348,13 +352,15 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         except Conflict:
             continue  # another admission took a slot first: re-read and re-decide
         record = _new_record(rid, node=node, finding=finding, info=info, attempt=number,
-                             policy=policy, now=now, instance=ctx.instance)
+                             policy=policy, now=now, instance=ctx.instance,
+                             cap_reached=node_check.reason if cap_reached else "")
         try:
             record = ctx.ledger.create(record)
         except Conflict:
             continue  # same attempt created by another host: the next pass sees it
         _note_attempt(ctx, node_rec, nd, record)
-        _publish(ctx, record, ADMITTED_EV, admission.reason, extra={"dry_run": policy.dry_run})
+        _publish(ctx, record, ADMITTED_EV, f"{node_check.reason}: cordon only" if cap_reached else admission.reason,
+                 extra={"dry_run": policy.dry_run})
         _metric(ctx, "time_to_admit_s", now - finding.since, condition=finding.condition)
         _metric(ctx, "remediations_in_flight", len(slots))
         log.info("remediation %s admitted for %s/%s (%s)", rid, cluster_id, name, admission.reason)
@@ -380,12 +386,12 @@ def _note_attempt(ctx: Context, node_rec: Record | None, nd: dict[str, Any], rec
 
 
 def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapping[str, Any], attempt: int,
-                policy: RemediationPolicy, now: float, instance: str) -> Record:
+                policy: RemediationPolicy, now: float, instance: str, cap_reached: str = "") -> Record:
     data = {"cluster": info["cluster"], "node": node.name, "node_uid": node.uid, "pool": node.pool,
             "condition": finding.condition, "since": iso(finding.since), "since_ts": finding.since,
             "fault": info["fault"], "event_id": info.get("event_id", ""), "attempt": attempt,
-            "dry_run": policy.dry_run, "ladder": list(policy.ladder), "rung_index": 0, "rung_phase": "start",
-            "admitted_by": instance, "admitted_at": now}
+            "dry_run": policy.dry_run, "ladder": [] if cap_reached else list(policy.ladder), "rung_index": 0,
+            "rung_phase": "start", "cap_reached": cap_reached, "admitted_by": instance, "admitted_at": now}
     return Record(kind=KIND, id=rid, state=ADMITTED, data=data, created_at=now, updated_at=now, next_at=now,
                   history=[{"at": now, "state": ADMITTED, "note": f"{finding.condition} True since {iso(finding.since)}"}])
 
@@ -435,7 +441,7 @@ def advance(record: Record, ctx: Context) -> Record:
 
 
 def _lease_name(node: str) -> str:
-    return f"steward-{_label_value(node)}"
+    return f"gpu-fleet-steward-{_label_value(node)}"
 
 
 def _take_lease(kube: KubePort, record: Record, policy: RemediationPolicy) -> bool:
@@ -570,6 +576,10 @@ def _step_cordoned(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
     if not d.get("dry_run") and not node.unschedulable:
         return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV,
                        note="someone uncordoned the node: respecting that and stopping (the fault is not handled)")
+    if d.get("cap_reached"):
+        return _finish(record, ctx, kube, GAVE_UP, now=now, event=GAVE_UP_EV,
+                       note=f"{d['cap_reached']}: cordoned and not drained or repaired again; an operator must look "
+                            f"(uncordon it or remove the node when done)")
     if not d.get("dry_run"):
         _kube_event(kube, node, record, "StewardDraining", "draining through the Eviction API (PDBs respected)")
     return _move(record, DRAINING, now=now, note="draining", drain={}, drain_started_at=now)
@@ -670,7 +680,6 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
         return _give_up(record, ctx, kube, now=now, note="no rung left on the ladder")
     if d.get("dry_run"):
         note = f"dry run: would {rung} {d['node']} (ladder {', '.join(d.get('ladder') or [])}); nothing was changed"
-        _publish(ctx, record, DRY_RUN_EV, note, key="repair")
         return _finish(record, ctx, kube, DONE, now=now, event=DRY_RUN_EV, note=note)
     if rung == "replace":
         return _step_replace(record, ctx, kube=kube, policy=policy, now=now)

@@ -170,7 +170,7 @@ class FakeKube:
         self.events.append({"node": node if isinstance(node, str) else node.name, "reason": reason,
                             "message": message, "type": type_})
 
-    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str = "kube-node-lease-steward") -> bool:
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str = "kube-node-lease") -> bool:
         current = self.leases.get(name)
         now = self.clock.now()
         if current is not None and current[0] != holder and current[1] > now:
@@ -179,7 +179,7 @@ class FakeKube:
         self.leases[name] = (holder, now + duration_s)
         return True
 
-    def release_lease(self, name: str, *, holder: str, namespace: str = "kube-node-lease-steward") -> None:
+    def release_lease(self, name: str, *, holder: str, namespace: str = "kube-node-lease") -> None:
         if self.leases.get(name, ("",))[0] == holder:
             self.writes.append(("release_lease", name))
             del self.leases[name]

@@ -261,7 +261,7 @@ def test_dry_run_records_every_decision_and_changes_nothing() -> None:
     assert run_until_settled(fleet) == [remediation.DONE]
     assert fleet.cluster_writes() == []
     dry = [e for e in fleet.events.published if e["type"] == EV + remediation.DRY_RUN_EV]
-    assert [e["data"]["note"].split(":")[1].split()[1] for e in dry[:3]] == ["cordon", "evict", "restart"]
+    assert [e["data"]["note"].split(":")[1].split()[1] for e in dry] == ["cordon", "evict", "restart"]
     assert records(fleet)[0].data["dry_run"] is True
 
 
@@ -282,7 +282,7 @@ def test_a_pause_refuses_remediation_with_the_reason(how: str) -> None:
     assert fleet.events.types() == [EV + remediation.REFUSED_EV]
 
 
-def test_a_node_repaired_recently_is_refused_for_cooldown_then_capped_after_three_attempts() -> None:
+def test_a_node_repaired_recently_is_refused_for_cooldown_and_cordoned_for_an_operator_after_three_attempts() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
     for attempt in range(3):
@@ -297,8 +297,13 @@ def test_a_node_repaired_recently_is_refused_for_cooldown_then_capped_after_thre
         fleet.clock.advance(3600)
     fleet.break_node("aks-gpu-1", at=fleet.clock.now())
     fleet.clock.advance(301)
-    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("refused (attempts)")
-    assert [r.state for r in records(fleet)] == [remediation.DONE] * 3
+    restarts = len(fleet.compute.writes)
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    assert run_until_settled(fleet) == [remediation.DONE] * 3 + [remediation.GAVE_UP]
+    assert fleet.kube.nodes["aks-gpu-1"].unschedulable, "at the cap the node is cordoned and left to an operator"
+    assert len(fleet.compute.writes) == restarts, "no fourth repair"
+    assert "an operator must look" in fleet.events.published[-1]["data"]["note"]
+    assert fleet.events.published[-1]["type"] == EV + remediation.GAVE_UP_EV
 
 
 @pytest.mark.parametrize(("change", "expected"), [
@@ -318,7 +323,7 @@ def test_foreign_or_malformed_events_are_ignored(change: dict, expected: str) ->
 def test_the_node_lease_held_by_another_actor_makes_the_remediation_wait() -> None:
     fleet = one_broken()
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    fleet.kube.leases["steward-aks-gpu-1"] = ("aks-auto-repair", fleet.clock.now() + 10_000)
+    fleet.kube.leases["gpu-fleet-steward-aks-gpu-1"] = ("aks-auto-repair", fleet.clock.now() + 10_000)
     run_until_settled(fleet, max_rounds=5)
     rec = records(fleet)[0]
     assert rec.state == remediation.ADMITTED and "lease" in rec.data["last_note"]
