@@ -33,6 +33,7 @@ SKIP_BUSY_TAINT = "busy-taint"
 SKIP_BUSY_ANNOTATION = "busy-annotation"
 SKIP_CORDONED_BY_OTHER = "cordoned-by-other"
 SKIP_NOT_READY = "not-ready"
+SKIP_DELETING = "deleting"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ def skip_reason(node: NodeView, *, now: float, policy: RemediationPolicy) -> str
     """Why this node is not ours to judge right now, or None. Order matters: the first reason wins."""
     if node.labels.get(policy.opt_out_label, "").lower() == "true":
         return SKIP_OPTED_OUT
+    if node.deletion_timestamp is not None:
+        # AKS (scale-down, upgrade surge, a deleted machine) is already taking this node away.
+        return SKIP_DELETING
     taint_keys = {t.key for t in node.taints}
     for key in policy.busy_taints:
         if key in taint_keys:

@@ -182,6 +182,7 @@ def node_view(node: _Node) -> NodeView:
         capacity=status.capacity or {},
         created=_ts(meta.creation_timestamp) or 0.0,
         provider_id=spec.provider_id or "",
+        deletion_timestamp=_ts(meta.deletion_timestamp),
     )
 
 

@@ -43,6 +43,7 @@ class NodeView(msgspec.Struct, frozen=True):
     capacity: Mapping[str, str]
     created: float  # creationTimestamp, epoch seconds
     provider_id: str = ""
+    deletion_timestamp: float | None = None  # set while the node is being deleted (AKS scale-down, upgrade)
 
     @property
     def pool(self) -> str:

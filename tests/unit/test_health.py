@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from shared import health
@@ -50,6 +51,9 @@ CASES = [
      make_node("n", unschedulable=True, labels={health.CORDONED_BY_LABEL: "host"},
                annotations={health.CORDON_FOR_ANNOTATION: "rid"},
                conditions={DEVICE_PLUGIN: ("True", OLD), DCGM: ("False", OLD)}), "unhealthy", None),
+    ("a node AKS is deleting (scale-down, upgrade surge) is skipped",
+     msgspec.structs.replace(make_node("n", conditions={DEVICE_PLUGIN: ("True", OLD), DCGM: ("False", OLD)}),
+                             deletion_timestamp=NOW - 10), "skipped", None),
     ("a NotReady node is left to AKS auto-repair",
      make_node("n", ready=False, conditions={DEVICE_PLUGIN: ("True", OLD), DCGM: ("False", OLD)}), "skipped", None),
 ]
