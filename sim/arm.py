@@ -814,11 +814,15 @@ class ArmApi:
             work(op)
             if kind != "delete":
                 self._set_state(pool, "Succeeded")
+                pool.properties.pop("status", None)
 
         def failed(op: Operation) -> None:
             pool.operation_until = 0.0
             if kind != "delete" or pool.name in c.pools:
                 self._set_state(pool, "Failed")
+                # As AKS does: the failed operation's error stays readable on the pool itself.
+                err = op.error or {"code": "OperationFailed", "message": "The operation failed."}
+                pool.properties["status"] = {"provisioningError": {"code": err.get("code"), "message": err.get("message")}}
             if on_failed is not None:
                 on_failed(op)
 

@@ -504,6 +504,18 @@ def test_a_failing_lro_fault_ends_the_operation_failed_with_its_code() -> None:
     assert arm.fleet.faults.fired[0]["target"] == "lro"
 
 
+def test_a_failed_operation_leaves_its_error_readable_on_the_pool_until_a_later_success() -> None:
+    arm = Arm(faults=[{"target": "lro", "path": "agentPools/gpu$", "code": "AllocationFailed",
+                       "message": "No capacity in zone 1.", "count": 1}])
+    arm.create("gpu", {"vmSize": T4, "count": 1})
+    arm.advance(120)
+    error = arm.pool("gpu")["properties"]["status"]["provisioningError"]
+    assert (error["code"], error["message"]) == ("AllocationFailed", "No capacity in zone 1.")
+    arm.create("gpu", {"vmSize": T4, "count": 1})
+    arm.advance(120)
+    assert "status" not in arm.pool("gpu")["properties"]
+
+
 # --------------------------------------------------------------------------- Microsoft.Compute
 
 
