@@ -153,6 +153,7 @@ class EventGridListener:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_empty_poll = 0.0
+        self._last_warning = -1e9
 
     @property
     def lock_s(self) -> float:
@@ -186,18 +187,22 @@ class EventGridListener:
                 room = self.max_batch - self._in_flight
             if self.host.stopping:
                 return
+            poll_started = time.monotonic()
             try:
                 deliveries = self.feed.fetch(subscriber=self.subscription.name, max_n=room, lock_s=self.lock_s,
                                              types=self.subscription.included_event_types)
             except (OSError, urllib.error.URLError, ValueError) as error:
-                log.warning("%s: Event Grid deliveries feed failed: %s", self.spec.name, error)
+                now = time.monotonic()
+                if now - self._last_warning > 30.0:  # a simulator that went away is worth one line, not hundreds
+                    self._last_warning = now
+                    log.warning("%s: Event Grid deliveries feed failed: %s", self.spec.name, error)
                 deliveries = []
             if deliveries:
                 idle = 0.02
                 for delivery in deliveries:
                     self._dispatch(delivery)
                 continue
-            self.last_empty_poll = time.monotonic()
+            self.last_empty_poll = poll_started
             self._wake.wait(idle)
             self._wake.clear()
             idle = min(MAX_IDLE_WAIT_S, idle * 2)

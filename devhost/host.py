@@ -23,12 +23,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from devhost import hostjson, indexing, invoke
 from devhost import settings as host_settings
+from devhost.endpoints import endpoint_settings, read_endpoints
 from devhost.eventgrid import DeliveriesFeed, EventGridListener, load_subscriptions
 from devhost.indexing import EVENT_GRID_TRIGGER, QUEUE_TRIGGER, TIMER_TRIGGER, FunctionSpec
 from devhost.queues import LEASE_S, InFlight, QueueListener, encode_body
@@ -68,40 +70,6 @@ class _Running:
     lease: InFlight | None = None
     listener: QueueListener | None = None
     warned: bool = False
-
-
-def read_endpoints(endpoints: Mapping[str, Any] | str | Path | None) -> dict[str, Any] | None:
-    if endpoints is None:
-        return None
-    if isinstance(endpoints, Mapping):
-        return dict(endpoints)
-    return dict(json.loads(Path(endpoints).read_text(encoding="utf-8")))
-
-
-def endpoint_settings(endpoints: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """(platform variables, app-setting defaults) for running the app against the simulator.
-
-    The platform variables are what App Service sets for a managed identity (the host is the
-    platform here); the defaults point the app's own settings at the simulator and are used only
-    where the given settings leave them unset.
-    """
-    platform = {}
-    if endpoints.get("identity_endpoint"):
-        platform["IDENTITY_ENDPOINT"] = str(endpoints["identity_endpoint"])
-        platform["IDENTITY_HEADER"] = str(endpoints.get("identity_header") or "")
-    defaults = {}
-    for key, setting in (("arm_endpoint", "ARM_ENDPOINT"), ("arm_audience", "ARM_AUDIENCE"),
-                         ("ca_bundle", "STEWARD_CA_BUNDLE"), ("eventgrid_topic_endpoint", "EVENTGRID_TOPIC_ENDPOINT")):
-        if endpoints.get(key):
-            defaults[setting] = str(endpoints[key])
-    subscriptions = [str(s) for s in endpoints.get("subscriptions") or []]
-    for cluster in endpoints.get("clusters") or []:
-        parts = str(cluster.get("id", "")).split("/")
-        if len(parts) > 2 and parts[2] not in subscriptions:
-            subscriptions.append(parts[2])
-    if subscriptions:
-        defaults["FLEET_SUBSCRIPTIONS"] = ",".join(subscriptions)
-    return platform, defaults
 
 
 class Host:
@@ -198,6 +166,22 @@ class Host:
         if self._started:
             return self
         self._install_clock()
+        try:
+            return self._start()
+        except BaseException:
+            self._restore_clock()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def _restore_clock(self) -> None:
+        if self._previous_clock is not None:
+            from shared import clock as clocks
+
+            clocks.use(self._previous_clock)
+            self._previous_clock = None
+
+    def _start(self) -> Host:
         specs = self.load()
         workers = self.max_workers or int(self.settings.get("PYTHON_THREADPOOL_THREAD_COUNT") or 0) \
             or min(32, (os.cpu_count() or 1) + 4)
@@ -263,11 +247,7 @@ class Host:
             thread_owner.join(max(0.1, deadline - time.monotonic()))
         if self._timers is not None:
             self._timers.join(1.0)
-        if self._previous_clock is not None:
-            from shared import clock as clocks
-
-            clocks.use(self._previous_clock)
-            self._previous_clock = None
+        self._restore_clock()
         log.info("host %s stopped: %s", self.name, json.dumps(self.stats()["functions"]))
 
     def request_stop(self) -> None:
@@ -384,8 +364,6 @@ class Host:
             raise KeyError(f"no function named {name!r}; the app has {sorted(self.functions)}")
         if spec.kind == TIMER_TRIGGER:
             now = self.clock.now() if self.clock else time.time()
-            from datetime import UTC, datetime
-
             value = invoke.timer_request(past_due=False, last=None, next_=None,
                                          last_updated=datetime.fromtimestamp(now, tz=UTC),
                                          use_monitor=spec.trigger.properties.get("useMonitor") is not False)
@@ -424,15 +402,17 @@ class Host:
                 "running": self._pending}
 
     def wait_idle(self, timeout: float = 30.0, *, quiet_s: float = 0.3) -> bool:
-        """True once nothing runs or waits and every listener has polled empty for ``quiet_s``."""
-        deadline = time.monotonic() + timeout
+        """True once nothing runs or waits, and every listener has polled empty since this call and since the
+        last invocation ended, with ``quiet_s`` of quiet; False after ``timeout``."""
+        called = time.monotonic()
+        deadline = called + timeout
         while time.monotonic() < deadline:
             with self._idle:
                 pending, last = self._pending, self._last_activity
-            now = time.monotonic()
+            since = max(last, called)
             listeners = [*self._queue_listeners, *self._eventgrid_listeners]
-            polled_empty = all(listener.last_empty_poll > last for listener in listeners)
-            if pending == 0 and polled_empty and now - last >= quiet_s:
+            polled_empty = all(listener.last_empty_poll > since for listener in listeners)
+            if pending == 0 and polled_empty and time.monotonic() - last >= quiet_s:
                 return True
             for listener in self._queue_listeners:
                 listener.wake()

@@ -110,7 +110,7 @@ class QueueListener:
         self._changed = threading.Condition()
         self._in_flight: dict[str, InFlight] = {}
         self._thread: threading.Thread | None = None
-        self.last_empty_poll = 0.0  # monotonic time of the last poll that found nothing
+        self.last_empty_poll = 0.0  # monotonic time the last poll that found nothing was started
 
     # -- lifecycle
 
@@ -145,6 +145,7 @@ class QueueListener:
                     self._changed.wait(0.5)
             if self.host.stopping:
                 return
+            poll_started = time.monotonic()
             try:
                 messages = self._receive()
             except Exception as error:  # storage down: keep polling, slower
@@ -155,7 +156,7 @@ class QueueListener:
                 for message in messages:
                     self._dispatch(message)
                 continue
-            self.last_empty_poll = time.monotonic()
+            self.last_empty_poll = poll_started
             delay = self.backoff.next()
             self._wake.wait(delay)
             self._wake.clear()

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,7 +231,9 @@ def running(*, scenario: str | Path | Mapping[str, Any] | None = None, seed: int
     """Azurite + simulator (+ ``hosts`` local hosts); everything is stopped on exit.
 
     ``profile`` adds or overrides app settings (on top of :data:`FAST_PROFILE`); ``host_json`` is
-    merged into the app's host.json for the hosts (e.g. :data:`FAST_HOST_JSON`).
+    merged into the app's host.json for the hosts (e.g. :data:`FAST_HOST_JSON`). Without
+    ``state_dir`` the state (logs, settings) lives in a temporary directory removed on exit; pass
+    one to keep it.
     """
     from sim.testing import start_sim
 
@@ -254,6 +257,8 @@ def running(*, scenario: str | Path | Mapping[str, Any] | None = None, seed: int
                 stack.stop_hosts()
     finally:
         azurite_mod.stop(az)
+        if own_dir:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def wait_until(predicate: Any, *, timeout: float, interval: float = 0.25, what: str = "condition") -> Any:

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetctl", description="Use the GPU fleet steward: request GPU pools, "
                                      "follow them, and see the fleet.", epilog=EPILOG)
     parser.add_argument("--settings", metavar="FILE", help="local.settings.json to read settings from")
+    parser.add_argument("--endpoints", metavar="FILE", help="the simulator's endpoints.json: reach its ARM, clusters "
+                                                            "and identity endpoint (settings still win)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("submit", help="submit a GPU pool request (JSON) to the pool-request queue",
@@ -258,6 +260,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     stream = out or sys.stdout
     try:
         settings = config.load(args.settings)
+        if args.endpoints:
+            settings = config.with_endpoints(settings, args.endpoints)
         config.export(settings)
         return COMMANDS[args.command](args, settings, stream)
     except (ConfigError, FleetUnavailable, OSError, ValueError) as error:

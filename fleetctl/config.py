@@ -41,6 +41,19 @@ def load(path: str | Path | None, *, environ: Mapping[str, str] | None = None) -
     return merged
 
 
+def with_endpoints(settings: Mapping[str, str], endpoints: str | Path) -> dict[str, str]:
+    """Add what the simulator's endpoints.json provides (the identity endpoint, and defaults for ARM,
+    the CA bundle, Event Grid and the subscriptions) under the settings already given."""
+    from devhost.endpoints import endpoint_settings, read_endpoints
+
+    try:
+        document = read_endpoints(endpoints)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read endpoints file {endpoints}: {error}") from None
+    platform, defaults = endpoint_settings(document or {})
+    return {**defaults, **settings, **platform}
+
+
 def export(settings: Mapping[str, str], *, environ: MutableMapping[str, str] | None = None) -> None:
     """Make the settings visible to shared.settings (which reads the environment), file values included."""
     env = os.environ if environ is None else environ

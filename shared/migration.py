@@ -714,6 +714,11 @@ def _step_draining(ctx: Context, record: Record, now: float, policy: MigrationPo
         stepped = _PHASES[phase](ctx, record, now, policy)
         if stepped.state != "draining" or stepped.next_at > now:
             return stepped
+        if phase == "drain" and stepped.data.get("phase") == "shrink":
+            # Save the drained batch before its machines are deleted: resumed after a crash in between,
+            # the drain phase would find the batch gone from the old pool, never record it as removed,
+            # and the rolling replacement would never grow back to the old pool's size.
+            return stepped
         record = stepped
     return record
 

@@ -56,9 +56,12 @@ def _module(kind: str) -> ModuleType:
 
 
 def _due(record: Record, *, now: float, instance: str) -> bool:
+    # A live lease excludes every invocation, this instance's too: the timer and the nudge trigger
+    # (and concurrent invocations in one worker) run side by side in one instance, and two of them
+    # stepping one record would repeat its side effects (a second PUT) before the ETag catches it.
     if record.next_at > now:
         return False
-    return record.lease_until <= now or record.owner == instance
+    return record.lease_until <= now
 
 
 def claim(record: Record, ctx: Context) -> Record | None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from shared.context import Context
 
 log = logging.getLogger("steward.sweep")
+_SEEN_CAP = 10_000  # faults remembered per process, only to measure each detection once
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,13 @@ def sweep(ctx: Context) -> SweepReport:
                 continue
             _publish(ctx, fault, now=now, policy=policy)
             report.published += 1
-            _metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
+            seen = ctx.extras.setdefault("sweep.reported_faults", {})
+            if fault.id not in seen:  # a refused fault is re-reported every sweep: measure its detection once
+                seen[fault.id] = now
+                if len(seen) > _SEEN_CAP:
+                    for key in list(seen)[: len(seen) - _SEEN_CAP]:
+                        del seen[key]
+                _metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
     log.info("sweep: %s", report.summary())

@@ -55,6 +55,9 @@ def serve(args: argparse.Namespace) -> int:
     except ScenarioError as e:
         print(f"scenario error: {e}", file=sys.stderr)
         return 2
+    import gc
+
+    gc.freeze()  # the fleet lives as long as the process: keep the cyclic GC from rescanning it
     certs = make_certs(state_dir)
     server = SimServer(fleet, certs, port=args.port, identity_port=args.identity_port)
     server.start()

@@ -3,8 +3,10 @@
 ``https://127.0.0.1:PORT/k8s/<sub>/<rg>/<cluster>/...`` is the API server of that cluster. It speaks
 enough of the real protocol (discovery, JSON objects, Status errors with the real codes, label and
 field selectors, limit/continue pagination, merge / strategic-merge / JSON patches, the eviction
-subresource, optimistic concurrency) that the kubernetes Python client and ``kubectl`` work against
-it unchanged. The behaviour behind the objects lives in :mod:`sim.model`.
+subresource, optimistic concurrency, watch streams, server-side tables for ``kubectl get``) that the
+kubernetes Python client and ``kubectl`` work against it unchanged. Not served: server-side apply,
+protobuf, logs/exec/port-forward, OpenAPI documents (kubectl falls back without them). The
+behaviour behind the objects lives in :mod:`sim.model`.
 
 Listing is the hot path (the app lists thousands of nodes every sweep): every object keeps its
 serialised bytes until it changes, and a list body is those bytes joined, so the server's share of
@@ -16,9 +18,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import itertools
 import json
+import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -42,6 +48,7 @@ from sim.model import (
 from sim.oracles import kube_route
 from sim.tokens import AKS_AUDIENCES
 
+log = logging.getLogger("sim.kube_api")
 _ENC = msgspec.json.Encoder()
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -55,7 +62,7 @@ _STRATEGIC_KEYS = {"taints": ("key", "effect"), "conditions": ("type",), "contai
                    "initContainers": ("name",), "env": ("name",), "volumes": ("name",), "volumeMounts": ("mountPath",),
                    "ports": ("containerPort",), "ownerReferences": ("uid",), "addresses": ("type",),
                    "tolerations": None, "imagePullSecrets": ("name",)}
-_MAX_SNAPSHOTS = 64
+_MAX_SNAPSHOTS = 16  # per cluster; a snapshot holds the bytes of the objects as they were
 
 
 class ApiError(Exception):
@@ -70,6 +77,17 @@ class ApiError(Exception):
         r = Response.kube_status(self.code, self.reason, self.message, self.details)
         r.headers.update(self.headers or {})
         return r
+
+
+@dataclass
+class StreamResponse(Response):
+    """A response whose body is written as it is produced (chunked): watch streams."""
+
+    stream: Iterator[bytes] | None = None
+
+
+def _event(kind: str, raw: bytes) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
 
 
 def _not_found(resource: str, name: str, group: str = "") -> ApiError:
@@ -90,6 +108,7 @@ class KubeApi:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
+        self._snapshot_ids = itertools.count(1)
 
     # ---- entry
     def route(self, request: Request) -> str:
@@ -130,6 +149,9 @@ class KubeApi:
                 resp = e.response()
             except (ValueError, TypeError, KeyError, AttributeError) as e:
                 resp = ApiError(400, "BadRequest", f"the request could not be processed: {e}").response()
+            except Exception as e:  # a simulator bug: answer like the API server does, keep serving
+                log.exception("kube request failed: %s %s", request.method, request.path)
+                resp = ApiError(500, "InternalError", f"Internal error occurred: {e!r}").response()
         resp.delay_s += delay
         return resp
 
@@ -243,8 +265,8 @@ class KubeApi:
 
     def _list(self, c: Cluster, req: Request, key: str, ns: str | None) -> Response:
         group, version, kind, _namespaced = c.resources()[key]
-        if req.arg("watch") in ("1", "true"):
-            raise ApiError(405, "MethodNotAllowed", "watch is not supported by this simulator")
+        if (req.arg("watch") or "").lower() in ("1", "true"):
+            return self._watch(c, req, key, ns)
         limit_s = req.arg("limit")
         cont = req.arg("continue")
         try:
@@ -266,16 +288,83 @@ class KubeApi:
             token = self._snapshot_token(c, cont, raws, rv, end)
             meta["continue"] = token
             meta["remainingItemCount"] = len(raws) - end
+        elif cont:
+            c.list_snapshots.pop(str(_decode_continue(cont).get("s")), None)  # last page served: free it
         body = b"".join([b'{"kind":"', kind.encode(), b'List","apiVersion":"', api_version.encode(),
                          b'","metadata":', _ENC.encode(meta), b',"items":[', b",".join(raws[offset:end]), b"]}"])
         return Response(status=200, body=body, headers={"Content-Type": "application/json"})
+
+    # ---- watch
+    def _watch(self, c: Cluster, req: Request, key: str, ns: str | None) -> Response:
+        """A watch stream: initial ADDED events (no resourceVersion) or the changes since one, then live
+        changes until ``timeoutSeconds``. Changes are logged only while someone watches; a watch from
+        an older resourceVersion catches up with the current state of every object changed since (and
+        the deletions remembered), the way a relisting informer would see them."""
+        try:
+            label_reqs = parse_label_selector(req.arg("labelSelector") or "")
+        except SelectorError as e:
+            raise ApiError(400, "BadRequest", str(e)) from None
+        fields = _parse_field_selector(req.arg("fieldSelector") or "", key)
+        try:
+            timeout = min(max(float(req.arg("timeoutSeconds") or 1800), 0.0), 3600.0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
+        rv_arg = req.arg("resourceVersion") or ""
+        if rv_arg not in ("", "0") and not rv_arg.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv_arg!r}")
+
+        def wanted(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            if ns is not None and meta.get("namespace") != ns:
+                return False
+            if label_reqs and not match_requirements(meta.get("labels") or {}, label_reqs):
+                return False
+            return not fields or all(_field_ok(KObj(obj), f, op, v) for f, op, v in fields)
+
+        initial: list[tuple[str, bytes]] = []
+        if rv_arg in ("", "0"):
+            initial = [("ADDED", o.raw()) for o in self._select(c, req, key, ns)]
+        else:
+            since = int(rv_arg)
+            initial = [("MODIFIED", o.raw()) for o in self._select(c, req, key, ns)
+                       if int(o.meta.get("resourceVersion") or 0) > since]
+            initial += [("DELETED", raw) for rv, res, raw in c.tombstones
+                        if rv > since and res == key and wanted(msgspec.json.decode(raw))]
+        c.watchers += 1
+        start = c.rv
+        fleet = self.fleet
+
+        def stream() -> Iterator[bytes]:
+            try:
+                for kind, raw in initial:
+                    yield _event(kind, raw)
+                deadline = time.monotonic() + timeout
+                last = start
+                while True:
+                    with c.changed:
+                        batch = [e for e in c.changes if e[0] > last]
+                        if not batch:
+                            remaining = deadline - time.monotonic()
+                            if remaining <= 0:
+                                return
+                            c.changed.wait(min(remaining, 1.0))
+                            continue
+                        last = batch[-1][0]
+                    for _rv, res, kind, raw in batch:
+                        if res == key and wanted(msgspec.json.decode(raw)):
+                            yield _event(kind, raw)
+            finally:
+                with fleet.lock:
+                    c.watchers -= 1
+
+        return StreamResponse(status=200, headers={"Content-Type": "application/json"}, stream=stream())
 
     def _snapshot_token(self, c: Cluster, cont: str | None, raws: list[bytes], rv: str, end: int) -> str:
         sid = None
         if cont:
             sid = _decode_continue(cont).get("s")
         if sid is None or sid not in c.list_snapshots:
-            sid = f"{rv}-{len(c.list_snapshots)}-{self.fleet.rand_suffix(6)}"
+            sid = f"{rv}-{next(self._snapshot_ids)}"  # not from fleet.rng: listing must not change the run
             c.list_snapshots[sid] = (rv, raws)
             while len(c.list_snapshots) > _MAX_SNAPSHOTS:
                 c.list_snapshots.pop(next(iter(c.list_snapshots)))
@@ -699,6 +788,21 @@ def _table(c: Cluster, key: str, objs: list[KObj]) -> dict[str, Any]:
                 phase = "Completed"
             return [o.name, f"{ready}/{total}", phase, "0", _age(c, o), (o.obj.get("spec") or {}).get("nodeName") or
                     "<none>"]
+    elif key == "deployments.apps":
+        cols = [col("Name"), col("Ready"), col("Up-to-date", "integer"), col("Available", "integer"), col("Age")]
+
+        def cells(o: KObj) -> list[Any]:
+            st, want = o.obj.get("status") or {}, (o.obj.get("spec") or {}).get("replicas", 1)
+            return [o.name, f"{st.get('readyReplicas', 0)}/{want}", st.get("updatedReplicas", 0),
+                    st.get("availableReplicas", 0), _age(c, o)]
+    elif key == "poddisruptionbudgets.policy":
+        cols = [col("Name"), col("Min Available"), col("Max Unavailable"), col("Allowed Disruptions", "integer"),
+                col("Age")]
+
+        def cells(o: KObj) -> list[Any]:
+            spec, st = o.obj.get("spec") or {}, o.obj.get("status") or {}
+            return [o.name, str(spec.get("minAvailable", "N/A")), str(spec.get("maxUnavailable", "N/A")),
+                    st.get("disruptionsAllowed", 0), _age(c, o)]
     else:
         cols = [col("Name"), col("Age")]
 

@@ -15,6 +15,7 @@ due time, not with the wall clock at which the pump happened to run them.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import heapq
@@ -322,11 +323,12 @@ class SimClock:
 class KObj:
     """One stored Kubernetes object: the JSON dict plus its cached serialisation."""
 
-    __slots__ = ("_raw", "obj")
+    __slots__ = ("_raw", "obj", "resource")
 
-    def __init__(self, obj: dict[str, Any]) -> None:
+    def __init__(self, obj: dict[str, Any], resource: str = "") -> None:
         self.obj = obj
         self._raw: bytes | None = None
+        self.resource = resource
 
     @property
     def name(self) -> str:
@@ -353,7 +355,7 @@ class Node(KObj):
     __slots__ = ("boot", "gpu", "instance_id", "nap", "pool", "ready", "repair_plan", "vmss")
 
     def __init__(self, obj: dict[str, Any], *, pool: str, instance_id: int, vmss: str, nap: bool = False) -> None:
-        super().__init__(obj)
+        super().__init__(obj, "nodes")
         self.pool = pool
         self.instance_id = instance_id
         self.vmss = vmss
@@ -382,7 +384,7 @@ class Pod(KObj):
     __slots__ = ("cause", "requests", "run_s")
 
     def __init__(self, obj: dict[str, Any], *, run_s: float | None = None) -> None:
-        super().__init__(obj)
+        super().__init__(obj, "pods")
         self.requests = pod_requests(obj.get("spec") or {})
         self.run_s = run_s
         self.cause = ""
@@ -667,6 +669,10 @@ class Cluster:
         self.nap_inflight: dict[str, str] = {}   # pending pod uid -> node being provisioned for it
         self.job_run_s: dict[tuple[str, str], float] = {}  # (ns, job) -> run time of its pods
         self.list_snapshots: dict[str, tuple[str, list[bytes]]] = {}
+        self.watchers = 0
+        self.tombstones: collections.deque[tuple[int, str, bytes]] = collections.deque(maxlen=5000)
+        self.changes: collections.deque[tuple[int, str, str, bytes]] = collections.deque(maxlen=20000)
+        self.changed = threading.Condition(fleet.lock)
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.ensure_namespace(ns)
 
@@ -687,11 +693,28 @@ class Cluster:
 
     def touch(self, kobj: KObj) -> None:
         """Record a change of ``kobj``: new resourceVersion, cached bytes dropped, controllers to run."""
-        kobj.meta["resourceVersion"] = self.next_rv()
-        kobj.invalidate()
+        self._modified(kobj)
         self.dirty = True
         if isinstance(kobj, Node):
             self.fleet.oracles.node_changed(self, kobj)
+
+    def _modified(self, kobj: KObj, kind: str = "MODIFIED") -> None:
+        """A controller-side change (status): new resourceVersion and bytes, no reconcile needed."""
+        kobj.meta["resourceVersion"] = self.next_rv()
+        kobj.invalidate()
+        self.log_change(kobj, kind)
+
+    def log_change(self, kobj: KObj, kind: str) -> None:
+        """Keep the change for watchers (only while someone watches: listing must stay cheap)."""
+        if kind == "DELETED":
+            kobj.meta["resourceVersion"] = self.next_rv()
+            kobj.invalidate()
+            self.tombstones.append((int(kobj.meta["resourceVersion"]), kobj.resource, kobj.raw()))
+        if self.watchers <= 0:
+            return
+        with self.changed:  # re-entrant: callers usually hold fleet.lock already
+            self.changes.append((int(kobj.meta.get("resourceVersion") or self.rv), kobj.resource, kind, kobj.raw()))
+            self.changed.notify_all()
 
     def new_meta(self, name: str, namespace: str | None = None, **extra: Any) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "uid": self.fleet.new_uid(), "resourceVersion": self.next_rv(),
@@ -713,13 +736,14 @@ class Cluster:
         group, version, kind, _ns = self.resources()[resource]
         obj["apiVersion"] = f"{group}/{version}" if group else version
         obj["kind"] = kind
-        kobj = KObj(obj)
+        kobj = KObj(obj, resource)
         self.store[resource][(meta.get("namespace", ""), meta["name"])] = kobj
         self.dirty = True
         if resource == "namespaces":
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj.setdefault("status", {"phase": "Active"})
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        self.log_change(kobj, "ADDED")
         return kobj
 
     def get(self, resource: str, namespace: str, name: str) -> KObj | None:
@@ -741,6 +765,7 @@ class Cluster:
         kobj = self.store.get(resource, {}).pop((namespace, name), None)
         if kobj is not None:
             self.dirty = True
+            self.log_change(kobj, "DELETED")
             if resource in ("deployments.apps", "replicasets.apps", "statefulsets.apps", "daemonsets.apps",
                             "jobs.batch"):
                 self._cascade_delete(kobj)
@@ -933,6 +958,7 @@ class Cluster:
         self.nodes[name] = node
         self.pods_by_node.setdefault(name, set())
         self._apply_gpu_resources(node)
+        self.log_change(node, "ADDED")
         self.dirty = True
         fleet.oracles.node_changed(self, node)
         self._schedule_ready(node, fleet.timings["node_ready_s"] if ready_s is None else ready_s)
@@ -1094,6 +1120,7 @@ class Cluster:
                 self._drop_pod(pod)
         self.pods_by_node.pop(name, None)
         del self.nodes[name]
+        self.log_change(node, "DELETED")
         self.fleet.oracles.node_removed(self, node, cause=cause)
         self.dirty = True
 
@@ -1125,6 +1152,7 @@ class Cluster:
         obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         pod = Pod(obj, run_s=run_s)
         self.pods[(ns, meta["name"])] = pod
+        self.log_change(pod, "ADDED")
         ref = controller_of(obj)
         if ref:
             self.pods_by_owner.setdefault(ref["uid"], set()).add(pod.key)
@@ -1203,6 +1231,7 @@ class Cluster:
         for c in pod.obj["status"].get("conditions") or []:
             if c["type"] in ("Ready", "ContainersReady"):
                 c.update(status="False", lastTransitionTime=iso(now))
+        pod.invalidate()
         if grace == 0:
             self._drop_pod(pod)
             return
@@ -1221,6 +1250,7 @@ class Cluster:
         if self.pods.get(key) is not pod:
             return
         del self.pods[key]
+        self.log_change(pod, "DELETED")
         self.pending.discard(key)
         if pod.node_name:
             self.pods_by_node.get(pod.node_name, set()).discard(key)
@@ -1386,8 +1416,7 @@ class Cluster:
                       "unavailableReplicas": max(0, replicas - ready)}
             if dep.obj.get("status") != status:
                 dep.obj["status"] = status
-                dep.meta["resourceVersion"] = self.next_rv()
-                dep.invalidate()
+                self._modified(dep)
 
     def _replicasets(self) -> None:
         for rs in self.items("replicasets.apps"):
@@ -1488,8 +1517,7 @@ class Cluster:
     def _set_status(self, kobj: KObj, status: dict[str, Any]) -> None:
         if kobj.obj.get("status") != status:
             kobj.obj["status"] = status
-            kobj.meta["resourceVersion"] = self.next_rv()
-            kobj.invalidate()
+            self._modified(kobj)
 
     def _pdb_statuses(self) -> None:
         for pdb in self.items("poddisruptionbudgets.policy"):
@@ -1505,8 +1533,7 @@ class Cluster:
                                      "lastTransitionTime": iso(self.fleet.now())}]
                 st["disruptedPods"] = {}
                 pdb.obj["status"] = st
-                pdb.meta["resourceVersion"] = self.next_rv()
-                pdb.invalidate()
+                self._modified(pdb)
 
     def node_free(self, node: Node) -> dict[str, float]:
         alloc = {k: parse_quantity(v) for k, v in node.obj["status"]["allocatable"].items()}
@@ -1520,37 +1547,62 @@ class Cluster:
                 used[k] = used.get(k, 0.0) + v
         return {k: alloc.get(k, 0.0) - used.get(k, 0.0) for k in set(alloc) | set(used)}
 
-    def fits(self, pod: Pod, node: Node, *, ignore_ready: bool = False) -> bool:
+    def fits(self, pod: Pod, node: Node, *, ignore_ready: bool = False,
+             free: dict[str, float] | None = None) -> bool:
         if not ignore_ready and (not node.ready or node.unschedulable):
             return False
-        if not _fits_placement(pod.obj.get("spec") or {}, node, pod.obj["spec"].get("tolerations") or [],
-                               ignore_ready=ignore_ready):
-            return False
-        free = self.node_free(node)
+        if free is None:
+            free = self.node_free(node)
         if free.get("pods", 0) < 1:
             return False
-        return all(free.get(k, 0.0) + 1e-9 >= v for k, v in pod.requests.items() if v > 0)
+        if not all(free.get(k, 0.0) + 1e-9 >= v for k, v in pod.requests.items() if v > 0):
+            return False
+        return _fits_placement(pod.obj.get("spec") or {}, node, pod.obj["spec"].get("tolerations") or [],
+                               ignore_ready=ignore_ready)
 
     def _schedule(self) -> None:
+        """Place pending pods (oldest first) on the feasible node with the fewest siblings, then the most
+        free CPU. Free resources are computed once per pass and updated as pods are bound."""
         if not self.pending:
             return
-        nodes = [self.nodes[n] for n in sorted(self.nodes)]
-        for key in sorted(self.pending, key=lambda k: (self.pods[k].meta["creationTimestamp"], k) if k in self.pods else ("", k)):
+        nodes = [self.nodes[n] for n in sorted(self.nodes) if self.nodes[n].ready and not self.nodes[n].unschedulable]
+        free_of: dict[str, dict[str, float]] = {}
+        alloc_cpu: dict[str, float] = {}
+        candidates_of: dict[str, list[Node]] = {}
+        sibling_count: dict[tuple[str, str], int] = {}
+        order = sorted(self.pending, key=lambda k: (self.pods[k].meta["creationTimestamp"], k) if k in self.pods
+                       else ("", k))
+        for key in order:
             pod = self.pods.get(key)
             if pod is None or pod.terminating or pod.node_name:
                 self.pending.discard(key)
                 continue
             best, best_score = None, None
             owner_uid = (controller_of(pod.obj) or {}).get("uid")
-            for node in nodes:
-                if not self.fits(pod, node):
+            # placement (taints, selectors, affinity) is the same for every pod of one owner in a pass
+            group = owner_uid or f"pod:{key}"
+            if group not in candidates_of:
+                spec = pod.obj.get("spec") or {}
+                tolerations = spec.get("tolerations") or []
+                candidates_of[group] = [n for n in nodes if _fits_placement(spec, n, tolerations)]
+            for node in candidates_of[group]:
+                free = free_of.get(node.name)
+                if free is None:
+                    free = free_of[node.name] = self.node_free(node)
+                    alloc_cpu[node.name] = parse_quantity(node.obj["status"]["allocatable"].get("cpu", "1")) or 1.0
+                if free.get("pods", 0) < 1 or not all(free.get(k, 0.0) + 1e-9 >= v
+                                                      for k, v in pod.requests.items() if v > 0):
                     continue
-                free = self.node_free(node)
-                alloc_cpu = parse_quantity(node.obj["status"]["allocatable"].get("cpu", "1")) or 1.0
-                siblings = sum(1 for k in self.pods_by_node.get(node.name, ())
-                               if owner_uid and (controller_of(self.pods[k].obj) or {}).get("uid") == owner_uid
-                               and not self.pods[k].terminating) if owner_uid else 0
-                score = (siblings, -(free.get("cpu", 0.0) / alloc_cpu), node.name)
+                siblings = 0
+                if owner_uid:
+                    sk = (owner_uid, node.name)
+                    siblings = sibling_count.get(sk, -1)
+                    if siblings < 0:
+                        siblings = sibling_count[sk] = sum(
+                            1 for k in self.pods_by_node.get(node.name, ())
+                            if (controller_of(self.pods[k].obj) or {}).get("uid") == owner_uid
+                            and not self.pods[k].terminating)
+                score = (siblings, -(free.get("cpu", 0.0) / alloc_cpu[node.name]), node.name)
                 if best_score is None or score < best_score:
                     best, best_score = node, score
             if best is None:
@@ -1560,6 +1612,12 @@ class Cluster:
             self.pending.discard(key)
             self.pods_by_node.setdefault(best.name, set()).add(key)
             self.nap_inflight.pop(pod.meta["uid"], None)
+            if owner_uid and (owner_uid, best.name) in sibling_count:
+                sibling_count[(owner_uid, best.name)] += 1
+            taken = free_of[best.name]
+            taken["pods"] = taken.get("pods", 0.0) - 1
+            for k, v in pod.requests.items():
+                taken[k] = taken.get(k, 0.0) - v
             self._start_pod(pod)
 
     def _mark_unschedulable(self, pod: Pod) -> None:
@@ -1570,8 +1628,7 @@ class Cluster:
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastProbeTime": None,
             "lastTransitionTime": iso(self.fleet.now()),
             "message": f"0/{len(self.nodes)} nodes are available: no node fits the pod's requirements."}]
-        pod.meta["resourceVersion"] = self.next_rv()
-        pod.invalidate()
+        self._modified(pod)
 
     # ---- node auto-provisioning (Karpenter)
     def _autoprovision(self) -> None:
@@ -1585,11 +1642,13 @@ class Cluster:
             choice = self._nap_choice(pod)
             if choice is None:
                 continue
-            nodepool, size, managed = choice
-            node = self._add_nap_node(nodepool, size, managed=managed)
+            nodepool, size, managed, chosen = choice
+            node = self._add_nap_node(nodepool, size, managed=managed, chosen=chosen)
             self.nap_inflight[uid] = node.name
 
-    def _nap_choice(self, pod: Pod) -> tuple[KObj, Any, bool] | None:
+    def _nap_choice(self, pod: Pod) -> tuple[KObj, Any, bool, dict[str, str]] | None:
+        """The first NodePool (by name) that admits the pod, the smallest size it allows, and the labels
+        chosen for the flexible requirements (zone, capacity type)."""
         for np_obj in self.items("nodepools.karpenter.sh"):
             tmpl = ((np_obj.obj.get("spec") or {}).get("template") or {})
             tspec = tmpl.get("spec") or {}
@@ -1598,6 +1657,10 @@ class Cluster:
                 continue
             reqs = [(r.get("key", ""), r.get("operator", "In"), tuple(r.get("values") or ()))
                     for r in tspec.get("requirements") or []]
+            chosen = {"topology.kubernetes.io/zone": f"{self.location}-1", "karpenter.sh/capacity-type": "on-demand"}
+            for key, op, values in reqs:
+                if key in chosen and op == "In" and values:
+                    chosen[key] = str(values[0])
             labels_fixed = dict((tmpl.get("metadata") or {}).get("labels") or {})
             class_name = ((tspec.get("nodeClassRef") or {}).get("name")) or "default"
             node_class = self.get("aksnodeclasses.karpenter.azure.com", "", class_name)
@@ -1608,26 +1671,50 @@ class Cluster:
             for size in candidates:
                 labels = dict(labels_fixed)
                 labels.update(_nap_size_labels(size))
+                labels.update(chosen)
                 if not match_requirements(labels, reqs):
                     continue
                 if wants_gpu and int(getattr(size, "gpus", 0)) < pod.requests.get("nvidia.com/gpu", 0):
                     continue
                 if int(size.vcpus) * 1000 < pod.requests.get("cpu", 0) * 1000:
                     continue
+                if not self._within_limits(np_obj, size):
+                    continue
                 sel = pod.obj["spec"].get("nodeSelector") or {}
                 probe = dict(labels)
                 probe.update({"karpenter.sh/nodepool": np_obj.name, "kubernetes.io/os": "linux"})
                 if any(probe.get(k) != v for k, v in sel.items()):
                     continue
-                return np_obj, size, managed
+                return np_obj, size, managed, chosen
         return None
 
-    def _add_nap_node(self, np_obj: KObj, size: Any, *, managed: bool) -> Node:
+    def _within_limits(self, np_obj: KObj, size: Any) -> bool:
+        """NodePool ``spec.limits`` (cpu, memory, nvidia.com/gpu) over its nodes plus one more of ``size``."""
+        limits = (np_obj.obj.get("spec") or {}).get("limits") or {}
+        if not limits:
+            return True
+        used = {"cpu": float(size.vcpus), "memory": float(size.memory_gib) * 1024**3,
+                "nvidia.com/gpu": float(getattr(size, "gpus", 0) or 0)}
+        for node in self.nodes.values():
+            if node.nap and node.pool == np_obj.name:
+                info = size_info(node.labels.get("node.kubernetes.io/instance-type", ""))
+                used["cpu"] += float(info.vcpus)
+                used["memory"] += float(info.memory_gib) * 1024**3
+                used["nvidia.com/gpu"] += float(getattr(info, "gpus", 0) or 0)
+        for key, value in limits.items():
+            try:
+                if key in used and used[key] > parse_quantity(value) + 1e-9:
+                    return False
+            except ValueError:
+                continue
+        return True
+
+    def _add_nap_node(self, np_obj: KObj, size: Any, *, managed: bool, chosen: dict[str, str]) -> Node:
         tmpl = ((np_obj.obj.get("spec") or {}).get("template") or {})
         tspec = tmpl.get("spec") or {}
         name = f"aks-{np_obj.name}-{self.fleet.rand_suffix(5)}"
         labels = {"karpenter.sh/nodepool": np_obj.name, "karpenter.sh/registered": "true",
-                  "karpenter.sh/initialized": "true", "karpenter.sh/capacity-type": "on-demand",
+                  "karpenter.sh/initialized": "true",
                   "kubernetes.azure.com/agentpool": np_obj.name, "agentpool": np_obj.name,
                   "kubernetes.azure.com/cluster": self.node_resource_group, "kubernetes.azure.com/mode": "user",
                   "kubernetes.azure.com/os-sku": "Ubuntu", "kubernetes.io/os": "linux",
@@ -1635,6 +1722,7 @@ class Cluster:
                   "topology.kubernetes.io/zone": f"{self.location}-1"}
         labels.update({str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("labels") or {}).items()})
         labels.update(_nap_size_labels(size))
+        labels.update(chosen)
         vm = f"{name}"
         provider = (f"azure:///subscriptions/{self.subscription}/resourceGroups/{self.node_resource_group}"
                     f"/providers/Microsoft.Compute/virtualMachines/{vm}")

@@ -5,7 +5,11 @@ Every pod termination is recorded with its cause; a disruption that took a PodDi
 ``desiredHealthy`` is a violation (evictions are refused before that can happen, direct deletes and
 node removals are checked); workload pods that vanished with a node are "lost"; GPU capacity and the
 number of unavailable nodes per pool are tracked over time; every request is counted by service,
-method and route. The model calls the ``record``/``*_changed`` hooks under ``fleet.lock``.
+method and route. ``max_unavailable_per_pool`` counts every cordoned or NotReady node, joining
+nodes included; ``max_disrupted_per_pool`` counts only nodes taken away from their pool: cordoned,
+or NotReady after having been Ready (a node still joining -- the scenario's nodes at start-up, a
+surge or replacement node -- never carried workloads), which is what a disruption budget limits.
+The model calls the ``record``/``*_changed`` hooks under ``fleet.lock``.
 """
 
 from __future__ import annotations
@@ -59,7 +63,12 @@ class Oracles:
         self._gpu_now: dict[str, list[int]] = {}
         self._node_gpu: dict[tuple[str, str], tuple[int, int]] = {}
         self._unavailable: dict[tuple[str, str], set[str]] = {}
+        self._cordoned: dict[tuple[str, str], set[str]] = {}
         self.max_unavailable_per_pool: dict[str, int] = {}
+        self.max_cordoned_per_pool: dict[str, int] = {}
+        self._was_ready: set[tuple[str, str]] = set()
+        self._disrupted: dict[tuple[str, str], set[str]] = {}
+        self.max_disrupted_per_pool: dict[str, int] = {}
         self.requests: Counter[str] = Counter()
         self.requests_by_service: dict[str, Counter[str]] = {}
 
@@ -111,18 +120,31 @@ class Oracles:
         sched = alloc if node.ready and not node.unschedulable else 0
         self._set_gpu(cluster.name, key, (alloc, sched))
         pool_key = (cluster.name, node.pool)
-        down = self._unavailable.setdefault(pool_key, set())
-        if node.unschedulable or not node.ready:
-            down.add(node.name)
-        else:
-            down.discard(node.name)
         label = f"{cluster.name}/{node.pool}"
-        self.max_unavailable_per_pool[label] = max(self.max_unavailable_per_pool.get(label, 0), len(down))
+        for sets, maxima, flag in ((self._unavailable, self.max_unavailable_per_pool, node.unschedulable or not node.ready),
+                                   (self._cordoned, self.max_cordoned_per_pool, node.unschedulable)):
+            members = sets.setdefault(pool_key, set())
+            if flag:
+                members.add(node.name)
+            else:
+                members.discard(node.name)
+            maxima[label] = max(maxima.get(label, 0), len(members))
+        if node.ready:
+            self._was_ready.add(key)
+        disrupted = self._disrupted.setdefault(pool_key, set())
+        if node.unschedulable or (not node.ready and key in self._was_ready):
+            disrupted.add(node.name)
+        else:
+            disrupted.discard(node.name)
+        self.max_disrupted_per_pool[label] = max(self.max_disrupted_per_pool.get(label, 0), len(disrupted))
 
     def node_removed(self, cluster: Cluster, node: Node, *, cause: str) -> None:
         self._set_gpu(cluster.name, (cluster.name, node.name), (0, 0))
         self._node_gpu.pop((cluster.name, node.name), None)
         self._unavailable.get((cluster.name, node.pool), set()).discard(node.name)
+        self._cordoned.get((cluster.name, node.pool), set()).discard(node.name)
+        self._disrupted.get((cluster.name, node.pool), set()).discard(node.name)
+        self._was_ready.discard((cluster.name, node.name))
         self.nodes_removed.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node.name,
                                    "pool": node.pool, "cause": cause})
 
@@ -146,6 +168,18 @@ class Oracles:
         if len(series) > _MAX_SAMPLES:
             del series[1 : len(series) - _MAX_SAMPLES + 1]
 
+    def start_of_run(self) -> None:
+        """Forget what happened while the scenario's own fleet was being set up (nodes joining NotReady):
+        maxima restart from the current state, capacity series from one current sample."""
+        for sets, maxima in ((self._unavailable, self.max_unavailable_per_pool),
+                             (self._cordoned, self.max_cordoned_per_pool)):
+            maxima.clear()
+            for (cluster, pool), members in sets.items():
+                maxima[f"{cluster}/{pool}"] = len(members)
+        t = self.fleet.now()
+        for cluster, totals in self._gpu_now.items():
+            self.gpu_capacity[cluster] = [{"t": t, "allocatable": totals[0], "schedulable": totals[1]}]
+
     def sample_gpu_capacity(self) -> None:
         """Nothing to do: capacity is sampled on every node change (kept for the pump's call)."""
 
@@ -165,6 +199,8 @@ class Oracles:
                 "gpu_capacity_now": {k: {"allocatable": v[0], "schedulable": v[1]}
                                      for k, v in sorted(self._gpu_now.items())},
                 "max_unavailable_per_pool": dict(sorted(self.max_unavailable_per_pool.items())),
+                "max_cordoned_per_pool": dict(sorted(self.max_cordoned_per_pool.items())),
+                "max_disrupted_per_pool": dict(sorted(self.max_disrupted_per_pool.items())),
                 "requests": dict(sorted(self.requests.items())),
                 "requests_by_service": {k: dict(sorted(v.items())) for k, v in sorted(self.requests_by_service.items())},
             }

@@ -12,6 +12,7 @@ offending path. Same scenario + seed = same fleet, because every random choice g
 from __future__ import annotations
 
 import copy
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,25 @@ BOOTSTRAP_HORIZON_S = 3600.0
 
 class ScenarioError(ValueError):
     """A scenario that cannot be loaded; the message names the path of the bad field."""
+
+
+_TOP_KEYS = {"seed", "clock", "timings", "subscriptions", "capacity", "faults", "conditions", "flapping",
+             "description", "name"}
+_SUB_KEYS = {"id", "quotas", "clusters", "name"}
+_CLUSTER_KEYS = {"name", "resource_group", "location", "tags", "node_provisioning_mode", "kubernetes_version",
+                 "maintenance_configurations", "namespaces", "pools", "karpenter", "workloads"}
+_WORKLOAD_KEYS = {"kind", "name", "namespace", "replicas", "resources", "tolerations", "nodeSelector", "affinity",
+                  "pdb", "terminationGracePeriodSeconds", "emptyDir", "labels", "annotations", "image", "container",
+                  "run_s", "completions", "parallelism", "backoffLimit", "priorityClassName"}
+
+
+def _known(d: Any, keys: set[str], where: str) -> None:
+    """Typos must not pass silently: a drill with a misspelt field would test nothing."""
+    if not isinstance(d, dict):
+        raise ScenarioError(f"{where} must be a mapping")
+    unknown = sorted(set(d) - keys)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown keys {unknown}; known: {sorted(keys)}")
 
 
 def load(source: str | Path | dict[str, Any] | None) -> dict[str, Any]:
@@ -91,10 +111,18 @@ def build_fleet(source: str | Path | dict[str, Any] | None = None, *, seed: int 
         raise ScenarioError(f"timings: unknown keys {unknown}; known: {sorted(DEFAULT_TIMINGS)}")
     clock = SimClock(speed=float(speed if speed is not None else clock_cfg.get("speed", 1.0)),
                      epoch_sim=_start(clock_cfg), manual=bool(clock_cfg.get("manual", False)))
+    _known(sc, _TOP_KEYS, "scenario")
     fleet_seed = int(seed if seed is not None else sc.get("seed", 0))
-    fleet = Fleet(seed=fleet_seed, clock=clock, timings=timings, faults=list(sc.get("faults") or []))
+    try:
+        fleet = Fleet(seed=fleet_seed, clock=clock, timings=timings, faults=list(sc.get("faults") or []))
+    except ValueError as e:  # a bad fault rule (sim.faults.FaultRuleError)
+        raise ScenarioError(f"faults: {e}") from None
     fleet.scenario = sc
     t0 = clock.now()
+    # Building 100k nodes makes millions of small dicts; the cyclic GC would rescan them again and
+    # again. Pause it while building (``python -m sim serve`` then freezes what was built).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     with fleet.lock:
         fleet._now_override = t0
         try:
@@ -105,8 +133,11 @@ def build_fleet(source: str | Path | dict[str, Any] | None = None, *, seed: int 
                 fleet.capacity[(str(_req(cap, "location", where)).lower(), str(_req(cap, "vmSize", where)))] = int(
                     _req(cap, "available", where))
             _bootstrap(fleet, t0)
+            fleet.oracles.start_of_run()
         finally:
             fleet._now_override = None
+            if gc_was_enabled:
+                gc.enable()
         for i, flip in enumerate(sc.get("conditions") or []):
             _schedule_flip(fleet, flip, f"conditions[{i}]", t0)
         for i, flap in enumerate(sc.get("flapping") or []):
@@ -135,6 +166,7 @@ def _bootstrap(fleet: Fleet, t0: float) -> None:
 
 
 def _load_subscription(fleet: Fleet, sub: dict[str, Any], where: str) -> None:
+    _known(sub, _SUB_KEYS, where)
     sid = str(_req(sub, "id", where))
     for i, q in enumerate(sub.get("quotas") or []):
         w = f"{where}.quotas[{i}]"
@@ -144,6 +176,7 @@ def _load_subscription(fleet: Fleet, sub: dict[str, Any], where: str) -> None:
 
 
 def _load_cluster(fleet: Fleet, sub: str, spec: dict[str, Any], where: str) -> Cluster:
+    _known(spec, _CLUSTER_KEYS, where)
     mode = str(spec.get("node_provisioning_mode", "Manual"))
     if mode not in ("Manual", "Auto"):
         raise ScenarioError(f"{where}.node_provisioning_mode must be Manual or Auto, not {mode!r}")
@@ -228,6 +261,7 @@ def add_workload(cluster: Cluster, spec: dict[str, Any], where: str = "workload"
     if "manifest" in spec:
         return [_create_manifest(cluster, m, f"{where}.manifest") for m in _as_list(spec["manifest"])]
     kind = str(_req(spec, "kind", where))
+    _known(spec, _WORKLOAD_KEYS, where)
     if kind not in _KINDS:
         raise ScenarioError(f"{where}.kind must be one of {sorted(_KINDS)}, not {kind!r}")
     name = str(_req(spec, "name", where))

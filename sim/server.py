@@ -106,6 +106,10 @@ def _make_handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
                 return
             request = Request(method=self.command.upper(), target=self.path, headers=Headers(self.headers.items()),
                               body=body)
+            try:
+                routes.fleet.pump()  # timed callbacks that are due happen before any service answers
+            except Exception:
+                log.exception("pump failed before %s %s", request.method, request.path)
             picked = routes.pick(request.path)
             if picked is None:
                 resp = Response.json(404, {"error": {"code": "NotFound", "message": f"no service at {request.path}"}})
@@ -132,7 +136,31 @@ def _make_handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
                 with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
                 return
+            if getattr(resp, "stream", None) is not None:
+                self._send_stream(resp)
+                return
             self._send(resp)
+
+        def _send_stream(self, resp: Response) -> None:
+            """Chunked transfer of a body produced while it is sent (watch streams)."""
+            stream = resp.stream  # type: ignore[attr-defined]
+            self.send_response(resp.status)
+            for k, v in resp.headers.items():
+                if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                    self.send_header(k, v)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for chunk in stream:
+                    if chunk:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+            finally:
+                stream.close()
 
         def _send(self, resp: Response) -> None:
             body = resp.body or b""

@@ -87,10 +87,8 @@ def _die_with_parent() -> None:
     import ctypes
     import signal
 
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _scenario_arg(scenario: str | Path | dict[str, Any] | None, state_dir: Path) -> list[str]:

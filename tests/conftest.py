@@ -24,8 +24,10 @@ class UniqueNames:
         self._tag = "".join(c for c in tag.lower() if c.isalnum())[:12] or "t"
 
     def queue(self, prefix: str = "q") -> str:
-        clean = "".join(c for c in prefix.lower() if c.isalnum() or c == "-").strip("-") or "q"
-        return f"{clean[:20]}-{self._tag}-{uuid.uuid4().hex[:10]}"
+        clean = "".join(c for c in prefix.lower() if c.isalnum() or c == "-")[:20]
+        while "--" in clean:
+            clean = clean.replace("--", "-")
+        return f"{clean.strip('-') or 'q'}-{self._tag}-{uuid.uuid4().hex[:10]}"
 
     def table(self, prefix: str = "t") -> str:
         clean = "".join(c for c in prefix if c.isalnum()) or "t"

@@ -166,3 +166,16 @@ def test_the_cli_runs_the_app_for_a_while_and_reports_its_stats(tmp_path: Path, 
     stats = json.loads(stats_file.read_text())
     assert stats["functions"]["startup"]["succeeded"] == 1
     assert stats["functions"]["tick"]["succeeded"] >= 1  # every second
+
+
+def test_a_host_that_cannot_start_leaves_the_apps_clock_as_it_was(make_host: Callable[..., Host],
+                                                                 tmp_path: Path) -> None:
+    from shared import clock as clocks
+    from shared.clock import ManualClock
+
+    before = clocks.current()
+    (tmp_path / "subs.json").write_text("{}")  # no subscription for the fake app's Event Grid function
+    host = make_host(start=False, clock=ManualClock(), eventgrid_subscriptions=tmp_path / "subs.json")
+    with pytest.raises(HostError, match="events has an Event Grid trigger but no subscription"):
+        host.start()
+    assert clocks.current() is before

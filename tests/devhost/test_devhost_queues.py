@@ -133,7 +133,7 @@ def test_an_invocation_over_function_timeout_is_reported_and_still_completes(
         make_host: Callable[..., Host], fake_app: ModuleType, storage_connection_string: str,
         queues: dict[str, str]) -> None:
     host = make_host()  # the fake app's functionTimeout is one second
-    _send(storage_connection_string, queues["WORK_QUEUE"], {"sleep": 1.6})
+    _send(storage_connection_string, queues["WORK_QUEUE"], {"sleep": 2.5})
     _wait_for(lambda: host.stats()["functions"]["work"]["succeeded"] == 1)
     assert host.stats()["functions"]["work"]["timeouts"] == 1
 
@@ -144,8 +144,8 @@ def test_a_message_received_more_often_than_max_dequeue_count_is_poisoned_before
     client = _client(storage_connection_string, queues["WORK_QUEUE"])
     _send(storage_connection_string, queues["WORK_QUEUE"], {"tag": "crashed hosts"})
     for _ in range(3):  # three hosts took it and died: it comes back with dequeue count 4
-        list(client.receive_messages(max_messages=1, visibility_timeout=1))
-        time.sleep(1.1)
+        [held] = list(client.receive_messages(max_messages=1, visibility_timeout=30))
+        client.update_message(held.id, held.pop_receipt, visibility_timeout=0)  # its lease ran out
     host = make_host()
     _wait_for(lambda: host.stats()["poisoned"] == 1)
     assert _calls(fake_app, "work") == []
@@ -156,3 +156,13 @@ def test_a_queue_message_can_be_run_on_demand(make_host: Callable[..., Host], fa
     outputs = host.trigger("work", {"nudge": "hello"}).result(timeout=10)
     assert outputs == {"nudge": "hello"}
     assert _calls(fake_app, "work")[0]["dequeue_count"] == 1
+
+
+def test_wait_idle_does_not_return_before_a_message_sent_just_before_it_is_processed(
+        make_host: Callable[..., Host], fake_app: ModuleType, storage_connection_string: str,
+        queues: dict[str, str]) -> None:
+    host = make_host()
+    time.sleep(0.6)  # the host has polled an empty queue and been quiet for longer than quiet_s
+    message_id = _send(storage_connection_string, queues["WORK_QUEUE"], {"tag": "late"})
+    assert host.wait_idle(20)
+    assert [c["id"] for c in _calls(fake_app, "work")] == [message_id]

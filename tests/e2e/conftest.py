@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -121,6 +123,17 @@ class Fleet:
         kept = [line for line in self.host_logs().splitlines() if not noise.search(line)]
         return "\n".join(kept[-lines:])
 
+    def start_host(self, name: str, *, timeout: float = 60.0) -> Any:
+        """Start another host process and wait until it listens (its log says it started)."""
+        proc = self.stack.start_host(name)
+        log = self.stack.state_dir / f"{name}.log"
+        deadline = time.monotonic() + timeout
+        while f"host {name} started" not in (log.read_text(errors="replace") if log.exists() else ""):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"host {name} did not start: {self.host_log_tail()}")
+            time.sleep(0.1)
+        return proc
+
     def failed_invocations(self, function: str) -> int:
         return len(re.findall(rf"Executed 'Functions\.{function}' \(Failed", self.host_logs()))
 
@@ -154,6 +167,15 @@ class Fleet:
         """CloudEvents the topic received about one record (ids are ``pool-request/<id>/<Type>``)."""
         prefix = f"pool-request/{record_id}/"
         return [e for e in self.stack.published_events() if str(e.get("id", "")).startswith(prefix)]
+
+    def events_when(self, record_id: str, *, types: set[str], timeout: float = 15.0) -> list[dict[str, Any]]:
+        """The record's events once every one of ``types`` arrived (a record is saved before its event)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.events(record_id)
+            if types <= {e["type"] for e in events} or time.monotonic() > deadline:
+                return events
+            time.sleep(0.2)
 
     def oracles(self) -> dict[str, Any]:
         return self.stack.oracles()
@@ -204,13 +226,25 @@ def assert_no_disruption(oracles: Mapping[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[devstack.Stack]:
-    """One stack for the module; a module may set ``E2E_SETTINGS`` (app settings) of its own."""
+def fleet_stack(request: pytest.FixtureRequest) -> Iterator[devstack.Stack]:
+    """One stack for the module; a module may set ``E2E_SETTINGS`` (app settings) of its own and
+    ``E2E_HOSTS`` (how many host processes compete for its messages, default 1).
+
+    Its state directory (host logs, Azurite and simulator logs, settings) is kept when a test of
+    the module failed, and its path printed; otherwise it is removed.
+    """
     profile = {**E2E_PROFILE, **getattr(request.module, "E2E_SETTINGS", {})}
-    state_dir = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
-    with devstack.running(scenario=SCENARIO, profile=profile, hosts=1, host_json=devstack.FAST_HOST_JSON,
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    state_dir = Path(tempfile.mkdtemp(prefix=f"{module}-"))
+    failed_before = request.session.testsfailed
+    hosts = int(getattr(request.module, "E2E_HOSTS", 1))
+    with devstack.running(scenario=SCENARIO, profile=profile, hosts=hosts, host_json=devstack.FAST_HOST_JSON,
                           state_dir=state_dir) as stack:
         yield stack
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    else:
+        print(f"\n{module}: the stack's logs are in {state_dir}")
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,9 @@ def test_a_valid_request_ends_succeeded_with_the_pool_as_requested_in_arm_and_a_
 
     outcome = record.data["outcome"]
     assert outcome["sampleJob"] == ("succeeded" if wanted.fields.get("validateWorkload") else "not requested")
-    created = [e for e in fleet.events(wanted.id) if e["type"] == "Steward.PoolRequest.Created"]
+    events = fleet.events_when(wanted.id, types={"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"})
+    assert {e["type"] for e in events} == {"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"}
+    created = [e for e in events if e["type"] == "Steward.PoolRequest.Created"]
     assert len(created) == 1
     assert created[0]["subject"] == f"{submitted[wanted.id]['cluster']}/agentPools/{wanted.pool}"
 
@@ -143,6 +145,9 @@ def test_a_request_for_a_node_auto_provisioning_cluster_becomes_a_karpenter_node
     assert requirements["karpenter.azure.com/sku-gpu-manufacturer"] == ("In", ["nvidia"])
     assert requirements["node.kubernetes.io/instance-type"] == ("In", [T4])
     assert node_pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == NAP.pool
+    assert {"key": "sku", "value": "gpu", "effect": "NoSchedule"} in node_pool["spec"]["template"]["spec"]["taints"]
+    limits = node_pool["spec"]["limits"]  # count x the size's vCPUs and GPUs (NC4as_T4_v3: 4 vCPUs, 1 T4)
+    assert (str(limits["cpu"]), str(limits["nvidia.com/gpu"])) == ("4", "1"), limits
 
     nodes = fleet.nodes("e2e-nap", f"{NODEPOOL_LABEL}={NAP.pool}")
     assert nodes and all(node_is_ready(n) for n in nodes), "Karpenter made no Ready node for the sample job"
@@ -208,7 +213,7 @@ def test_a_bad_message_is_rejected_once_with_its_reasons_in_the_ledger_and_a_rej
     assert record.data["dequeueCount"] == 1
     assert [h["state"] for h in record.history] == ["rejected"]
 
-    events = fleet.events(record.id)
+    events = fleet.events_when(record.id, types={"Steward.PoolRequest.Rejected"})
     assert [e["type"] for e in events] == ["Steward.PoolRequest.Rejected"]
     assert events[0]["data"]["reasons"] == reasons
     assert events[0]["source"] == fleet.stack.settings.get("STEWARD_EVENT_SOURCE", "/gpu-fleet-steward")
@@ -228,21 +233,24 @@ def test_rejected_messages_are_not_retried_and_nothing_lands_in_the_poison_queue
 # ====================================================================== idempotency
 
 
-def test_the_same_message_delivered_twice_makes_one_pool(fleet: Fleet) -> None:
+def test_the_same_message_delivered_twice_makes_one_pool_with_two_instances_competing_for_it(fleet: Fleet) -> None:
     fleet.quiesce()
-    before = fleet.requests()
-    message = json.dumps(fleet.request(request_id="e2e-twice", pool="gputwice", vmSize=T4, count=1))
-    fleet.submit(message)
-    fleet.submit(message)
+    second = fleet.start_host("host-twice")  # a scaled-out instance competing for the two copies
+    try:
+        before = fleet.requests()
+        message = json.dumps(fleet.request(request_id="e2e-twice", pool="gputwice", vmSize=T4, count=1))
+        fleet.submit(message)
+        fleet.submit(message)
 
-    record = fleet.outcome("e2e-twice", timeout=60)
-    assert record.state == "succeeded", fleet.describe(record)
-    after = fleet.requests()
-    assert after[PUT_POOL] - before[PUT_POOL] == 1
-    assert fleet.queue_length() == 0
+        record = fleet.outcome("e2e-twice", timeout=60)
+        assert record.state == "succeeded", fleet.describe(record)
+        assert fleet.requests()[PUT_POOL] - before[PUT_POOL] == 1
+        assert fleet.queue_length() == 0
+    finally:
+        fleet.stack.stop_host(second)
     # Events are at-least-once: both deliveries may announce the acceptance, under one event id,
     # which is how a CloudEvents consumer recognises the repeat.
-    events = fleet.events("e2e-twice")
+    events = fleet.events_when("e2e-twice", types={"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"})
     assert {e["id"] for e in events} == {"pool-request/e2e-twice/Accepted", "pool-request/e2e-twice/Created"}
     assert [e["type"] for e in events].count("Steward.PoolRequest.Created") == 1
 

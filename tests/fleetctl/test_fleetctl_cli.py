@@ -251,3 +251,16 @@ def test_plan_prints_the_planners_table_or_json_and_changes_nothing(monkeypatch:
     monkeypatch.setattr(fleet, "observe_plan", lambda ctx: plan)
     assert json.loads(run("plan", "--json")[1]) == json.loads(json.dumps(migration_plan.to_json(plan)))
     assert run("plan")[1].startswith("Migration plan at 2025-12-02 14:00 UTC: 0 to migrate")
+
+
+def test_the_simulators_endpoints_fill_in_settings_that_are_not_given(tmp_path: Path) -> None:
+    from fleetctl import config
+
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"arm_endpoint": "https://127.0.0.1:9", "ca_bundle": "/x/ca.pem",
+                                     "identity_endpoint": "http://127.0.0.1:8/msi/token", "identity_header": "h",
+                                     "subscriptions": ["s1", "s2"]}))
+    merged = config.with_endpoints({"ARM_ENDPOINT": "https://mine", "IDENTITY_ENDPOINT": "ignored"}, endpoints)
+    assert merged["ARM_ENDPOINT"] == "https://mine"  # a given setting wins
+    assert (merged["STEWARD_CA_BUNDLE"], merged["FLEET_SUBSCRIPTIONS"]) == ("/x/ca.pem", "s1,s2")
+    assert merged["IDENTITY_ENDPOINT"] == "http://127.0.0.1:8/msi/token"  # the platform's, as on App Service

@@ -7,6 +7,7 @@ authenticates with the app's managed identity, so nothing else key-shaped has a 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,15 +64,30 @@ def _azurite_allowed(relative: str, value: str) -> bool:
     return value == AZURITE_ACCOUNT_KEY and relative.startswith(AZURITE_ALLOWED_UNDER)
 
 
-def scan(root: Path) -> list[Finding]:
-    """Every key-shaped string under ``root`` (the Azurite key under devhost/ and tests/ excepted)."""
-    findings = []
+def text_files(root: Path) -> dict[str, str]:
+    """Relative path -> text of every text file under ``root`` (binary files left out)."""
+    out = {}
     for path in repo_text_files(root):
         try:
-            text = path.read_text(encoding="utf-8")
+            out[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            continue  # binary
-        relative = path.relative_to(root).as_posix()
+            continue
+    return out
+
+
+@functools.cache
+def repository_texts() -> dict[str, str]:
+    return text_files(REPO)
+
+
+def scan(root: Path) -> list[Finding]:
+    """Every key-shaped string under ``root`` (the Azurite key under devhost/ and tests/ excepted)."""
+    return scan_texts(repository_texts() if root == REPO else text_files(root))
+
+
+def scan_texts(texts: dict[str, str]) -> list[Finding]:
+    findings = []
+    for relative, text in texts.items():
         for kind, pattern in PATTERNS.items():
             for match in pattern.finditer(text):
                 value = match.group(1) if match.groups() else match.group(0)
@@ -88,12 +104,7 @@ def test_no_key_sas_or_secret_exists_anywhere_in_the_repository() -> None:
 
 
 def test_the_azurite_key_appears_only_in_the_local_host_and_tests() -> None:
-    for path in repo_text_files(REPO):
-        relative = path.relative_to(REPO).as_posix()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            continue
+    for relative, text in repository_texts().items():
         if AZURITE_ACCOUNT_KEY in text:
             assert relative.startswith(AZURITE_ALLOWED_UNDER), f"{relative} holds the Azurite key"
 

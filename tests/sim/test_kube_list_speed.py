@@ -14,7 +14,7 @@ from sim.tokens import AKS_AUDIENCES
 def test_the_simulator_is_a_small_share_of_a_kubernetes_client_node_list() -> None:
     result = measure_list(nodes=1000, page_size=250)
     assert result["nodes"] == 1003  # 1,000 GPU nodes + the system pool
-    assert result["simulator_share"] < 0.25, result
+    assert result["simulator_share"] < 0.3, result  # measured 3-7% (5,000 nodes: ~3%)
 
 
 def test_a_cached_list_of_2000_nodes_is_served_by_joining_bytes() -> None:

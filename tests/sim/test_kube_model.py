@@ -236,3 +236,25 @@ def test_pods_on_a_restarting_node_turn_unready_and_back() -> None:
     assert c.pdb_status(pdb)["currentHealthy"] == 0
     fleet.advance(31)
     assert c.pdb_status(pdb)["currentHealthy"] == 1
+
+
+def test_evicting_a_pod_under_two_pdbs_is_a_500_as_on_a_real_server() -> None:
+    from sim.http import Headers, Request
+    from sim.kube_api import KubeApi
+    from sim.tokens import AKS_AUDIENCES
+
+    fleet, c = new_fleet()
+    pool(c, "cpu", vmSize="Standard_D4s_v5", count=1)
+    fleet.advance(11)
+    workload(c, kind="Deployment", name="web", replicas=2, pdb={"minAvailable": 1})
+    with fleet.lock:
+        c.put("poddisruptionbudgets.policy", {"metadata": {"name": "also", "namespace": "default"},
+                                              "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+    fleet.advance(3)
+    pod = c.items("pods")[0]
+    token = fleet.tokens.issue(AKS_AUDIENCES[0])[0]
+    resp = KubeApi(fleet).handle(Request("POST", f"/k8s/s/rg/c/api/v1/namespaces/default/pods/{pod.name}/eviction",
+                                         Headers({"Authorization": f"Bearer {token}"}), b"{}"))
+    assert resp.status == 500
+    assert b"more than one PodDisruptionBudget" in resp.body
+    assert not pod.terminating

@@ -102,3 +102,30 @@ def test_a_pod_no_nodepool_admits_stays_pending(api: client.ApiClient) -> None:
     time.sleep(0.5)
     assert core.read_namespaced_pod("stranded", "default").spec.node_name is None
     assert len(core.list_node().items) == before
+
+
+def test_an_app_style_nodepool_with_zones_spot_and_limits_provisions_within_its_limits(api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "team-t4"},
+        "spec": {"template": {"metadata": {"labels": {"team": "t4"}}, "spec": {
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "managed"},
+            "requirements": [
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]},
+                {"key": "karpenter.azure.com/sku-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC8as_T4_v3"]},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eastus-2", "eastus-3"]}],
+            "taints": [{"key": "sku", "value": "t4", "effect": "NoSchedule"}]}},
+            "limits": {"cpu": "8", "nvidia.com/gpu": "1"}}})
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", gpu_pod("t4-a", "t4"))
+    core.create_namespaced_pod("default", gpu_pod("t4-b", "t4"))
+    node_name = wait_for(lambda: core.read_namespaced_pod("t4-a", "default").spec.node_name)
+    labels = core.read_node(node_name).metadata.labels
+    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"],
+            labels["topology.kubernetes.io/zone"], labels["team"]) == ("Standard_NC8as_T4_v3", "spot", "eastus-2", "t4")
+    time.sleep(0.5)
+    assert core.read_namespaced_pod("t4-b", "default").spec.node_name is None  # the NodePool's limits are reached
+    assert len(core.list_node(label_selector="karpenter.sh/nodepool=team-t4").items) == 1

@@ -20,13 +20,16 @@ SCENARIO: dict[str, Any] = {
     "subscriptions": [{"id": "00000000-0000-0000-0000-0000000000p1", "clusters": [{
         "name": "pods", "resource_group": "rg-pods", "tags": {"gpu-fleet-steward": "enabled"},
         "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 3},
+                  {"name": "tight", "vmSize": "Standard_D4s_v5", "count": 2},
                   {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 1, "nodeTaints": ["sku=gpu:NoSchedule"],
                    "gpuProfile": {"nvidia": {"managementMode": "Managed"}}}],
         "workloads": [
             {"kind": "Deployment", "name": "web", "namespace": "shop", "replicas": 3, "resources": {"cpu": "250m"},
              "pdb": {"minAvailable": 3}, "terminationGracePeriodSeconds": 2},
-            {"kind": "Deployment", "name": "batch", "namespace": "shop", "replicas": 2, "resources": {"cpu": "250m"},
-             "pdb": {"maxUnavailable": 1}, "terminationGracePeriodSeconds": 2},
+            # one batch pod fits a `tight` node: a replacement waits for the evicted pod to be gone
+            {"kind": "Deployment", "name": "batch", "namespace": "shop", "replicas": 2, "resources": {"cpu": "3"},
+             "nodeSelector": {"agentpool": "tight"}, "pdb": {"maxUnavailable": 1},
+             "terminationGracePeriodSeconds": 40},
             {"kind": "StatefulSet", "name": "db", "namespace": "shop", "replicas": 2, "resources": {"cpu": "100m"},
              "terminationGracePeriodSeconds": 2},
             {"kind": "Job", "name": "quick", "namespace": "shop", "run_s": 4, "resources": {"cpu": "100m"}},
@@ -126,6 +129,8 @@ def test_an_allowed_eviction_terminates_the_pod_and_the_controller_replaces_it(c
     gone = core.read_namespaced_pod(victim.metadata.name, "shop")
     assert gone.metadata.deletion_timestamp is not None
     survivor = next(p for p in app_pods(core, "batch") if ready(p))
+    replacement = next(p for p in app_pods(core, "batch") if p.metadata.name != survivor.metadata.name)
+    assert replacement.status.phase == "Pending"  # its node is still taken by the terminating pod
     with pytest.raises(ApiException) as second:
         evict(core, survivor)
     assert second.value.status == 429  # the first eviction used the budget's only disruption
@@ -223,7 +228,7 @@ def test_deployments_report_ready_replicas(sim: SimHandle) -> None:
 
 def test_scaling_a_deployment_by_patch_changes_its_pods(sim: SimHandle, core: client.CoreV1Api) -> None:
     apps = client.AppsV1Api(sim.kube_client("pods"))
-    apps.patch_namespaced_deployment("batch", "shop", {"spec": {"replicas": 3}})
-    wait_for(lambda: len([p for p in app_pods(core, "batch") if ready(p)]) == 3)
-    apps.patch_namespaced_deployment("batch", "shop", {"spec": {"replicas": 2}})
-    wait_for(lambda: len(app_pods(core, "batch")) == 2)
+    apps.patch_namespaced_deployment("web", "shop", {"spec": {"replicas": 4}})
+    wait_for(lambda: len([p for p in app_pods(core, "web") if ready(p)]) == 4)
+    apps.patch_namespaced_deployment("web", "shop", {"spec": {"replicas": 3}})
+    wait_for(lambda: len(app_pods(core, "web")) == 3)

@@ -115,6 +115,8 @@ def test_kubectl_drain_waits_for_the_pdb_then_succeeds_without_violation(sim: Si
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Cannot evict pod as it would violate the pod's disruption budget" in out.stderr
     assert f"node/{node} drained" in out.stdout
+    pdb = kubectl(sim, "get", "pdb", "-n", "shop", "api").stdout.splitlines()
+    assert pdb[0].split()[:3] == ["NAME", "MIN", "AVAILABLE"] and pdb[1].split()[:4] == ["api", "N/A", "1", "1"]
     after = json.loads(kubectl(sim, "get", "pods", "-n", "shop", "-l", "app=api", "-o", "json").stdout)["items"]
     assert len(after) == 4
     assert all(p["spec"]["nodeName"] != node for p in after)

@@ -131,3 +131,23 @@ def test_route_templates_hide_names() -> None:
     assert route_template("arm", "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ContainerService/"
                                  "managedClusters/c/agentPools/gpu") == \
         "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.ContainerService/managedClusters/{}/agentPools/{}"
+
+
+def test_cordoned_nodes_are_tracked_apart_from_not_ready_ones() -> None:
+    fleet, c = setup()
+    names = [n.name for n in c.pool_nodes("gpu")]
+    with fleet.lock:
+        for name in names[:2]:
+            c.nodes[name].obj["spec"]["unschedulable"] = True
+            c.sync_node(c.nodes[name])
+    report = fleet.oracles.report()
+    assert report["max_cordoned_per_pool"]["c/gpu"] == 2
+    assert report["max_unavailable_per_pool"]["c/gpu"] == 3
+
+
+def test_a_scenario_starts_its_oracles_after_its_own_nodes_joined() -> None:
+    from sim.scenario import build_fleet, load
+
+    report = build_fleet(load("drain")).oracles.report()
+    assert set(report["max_unavailable_per_pool"].values()) == {0}
+    assert report["terminations"] == [] and report["pdb_violations"] == []

@@ -105,12 +105,18 @@ def test_every_scenario_in_the_directory_loads() -> None:
                                                "type": "XIDErrors"}]), "conditions[0].cluster 'nope'"),
     (lambda sc: sc.__setitem__("conditions", [{"at": 1, "cluster": "drill", "pool": "work", "type": "XIDErrors",
                                                "fixed_by": "prayer"}]), "fixed_by must be one of"),
+    (lambda sc: sc["subscriptions"][0]["clusters"][0].__setitem__("pool", []), "unknown keys \\['pool'\\]"),
+    (lambda sc: sc["subscriptions"][0]["clusters"][0]["workloads"][0].__setitem__("replica", 2),
+     "workloads\\[0\\]: unknown keys"),
+    (lambda sc: sc.__setitem__("faults", [{"target": "nowhere"}]), "faults: fault rule target must be one of"),
 ], ids=["missing-resource-group", "bad-provisioning-mode", "unknown-timing", "unknown-workload-kind", "bad-pdb",
-        "unknown-condition", "unknown-cluster", "unknown-repair-rung"])
+        "unknown-condition", "unknown-cluster", "unknown-repair-rung", "misspelt-cluster-key",
+        "misspelt-workload-key", "bad-fault-rule"])
 def test_a_bad_scenario_is_refused_with_the_path_of_the_field(mutate: Any, message: str) -> None:
     sc = load("drain")
     mutate(sc)
-    with pytest.raises(ScenarioError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+    pattern = message if "\\" in message else message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+    with pytest.raises(ScenarioError, match=pattern):
         build_fleet(sc)
 
 
@@ -151,3 +157,16 @@ def test_the_generator_makes_a_fleet_of_the_requested_size() -> None:
     for c in fleet.clusters.values():
         assert sum(1 for n in c.nodes.values() if n.pool != "system") == 40
     assert sc["conditions"]
+
+
+def test_a_manual_clock_moves_only_when_advanced_through_the_control_api() -> None:
+    sc = manual("drain")
+    sc["conditions"] = [{"at": 100, "cluster": "drill", "pool": "work", "node_index": 0, "type": "XIDErrors",
+                         "status": "True", "fixed_by": "never"}]
+    with start_sim(scenario=sc, seed=7) as sim:
+        before = sim.control("GET", "/clock")["now"]
+        assert sim.control("GET", "/clock")["now"] == before == 1_764_684_000
+        assert not any(n["unhealthy"] for c in sim.state()["clusters"] for n in c["nodes"])
+        assert sim.control("POST", "/advance", {"seconds": 150})["now"] == before + 150
+        unhealthy = [n["name"] for c in sim.state()["clusters"] for n in c["nodes"] if n["unhealthy"]]
+        assert len(unhealthy) == 1 and "-work-" in unhealthy[0]

@@ -221,3 +221,35 @@ def test_a_bad_scenario_stops_the_simulator_with_its_error(tmp_path: Path) -> No
     with pytest.raises(SimError, match="resource_group is required"), start_sim(
             scenario={"subscriptions": [{"id": "s", "clusters": [{"name": "x"}]}]}, state_dir=tmp_path):
         pass
+
+
+def test_the_kubernetes_client_works_from_arm_credentials_and_a_managed_identity_token(
+        sim: SimHandle, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import base64
+
+    from azure.identity import ManagedIdentityCredential
+
+    for var in ("MSI_ENDPOINT", "MSI_SECRET", "IDENTITY_SERVER_THUMBPRINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("IDENTITY_ENDPOINT", sim.endpoints["identity_endpoint"])
+    monkeypatch.setenv("IDENTITY_HEADER", sim.endpoints["identity_header"])
+    credential = ManagedIdentityCredential()
+    arm = credential.get_token("https://management.azure.com/.default").token
+    cluster = sim.cluster("one")
+    url = urlsplit(sim.endpoints["arm_endpoint"])
+    conn = http.client.HTTPSConnection(url.hostname, url.port, context=ssl.create_default_context(cafile=sim.ca_bundle))
+    conn.request("POST", f"{cluster['id']}/listClusterUserCredential?api-version=2026-08-01&format=exec",
+                 headers={"Authorization": f"Bearer {arm}", "Content-Length": "0"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    kubeconfig = yaml.safe_load(base64.b64decode(json.loads(resp.read())["kubeconfigs"][0]["value"]))
+    entry = kubeconfig["clusters"][0]["cluster"]
+    assert entry["server"] == cluster["kube_server"]
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(base64.b64decode(entry["certificate-authority-data"]))
+    config = client.Configuration(host=entry["server"])
+    config.ssl_ca_cert = str(ca)
+    config.api_key = {"authorization": credential.get_token("6dae42f8-4368-4678-94ff-3960e28e3630/.default").token}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    nodes = client.CoreV1Api(client.ApiClient(config)).list_node().items
+    assert {n.metadata.labels["agentpool"] for n in nodes} == {"system", "gpu"}

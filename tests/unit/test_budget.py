@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared import budget
 from shared.remediation_policy import RemediationPolicy
@@ -73,3 +75,12 @@ def test_the_first_refusal_in_the_chain_wins() -> None:
     assert budget.admit(paused=None, breaker_open=True, node=ok, pool=pool_no, fleet=ok).code == budget.BREAKER
     assert budget.admit(paused=None, breaker_open=False, node=ok, pool=pool_no, fleet=ok).code == budget.POOL_BUDGET
     assert budget.admit(paused=None, breaker_open=False, node=ok, pool=ok, fleet=ok).allowed
+
+
+@given(size=st.integers(0, 1000), count=st.integers(0, 50), percent=st.integers(0, 100))
+def test_max_unavailable_never_exceeds_either_limit_nor_the_pool(size: int, count: int, percent: int) -> None:
+    limit = budget.max_unavailable(size, count=count, percent=percent)
+    assert 0 <= limit <= min(count, size)
+    if size and count and percent:
+        assert limit >= 1
+        assert limit <= max(1, size * percent // 100)

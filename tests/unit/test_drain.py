@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared import drain
 from shared.ports import EvictionResult
@@ -109,3 +111,23 @@ def test_the_state_survives_a_round_trip_through_the_record() -> None:
     state = drain.record_eviction(state, actions[0], EvictionResult(outcome="evicted"), now=NOW, grace=30, policy=POLICY)
     again = drain.DrainState.from_data(state.to_data())
     assert again.evicted == state.evicted and again.started_at == NOW
+
+
+@given(kinds=st.lists(st.sampled_from(["ReplicaSet", "DaemonSet", "mirror", "bare", "done", "terminating"]),
+                      max_size=12))
+def test_only_pods_that_must_go_are_ever_evicted(kinds: list[str]) -> None:
+    pods = []
+    for i, kind in enumerate(kinds):
+        if kind == "mirror":
+            pods.append(make_pod(f"p{i}", "n", owner=None, mirror=True))
+        elif kind == "bare":
+            pods.append(make_pod(f"p{i}", "n", owner=None))
+        elif kind == "done":
+            pods.append(make_pod(f"p{i}", "n", phase="Succeeded"))
+        elif kind == "terminating":
+            pods.append(make_pod(f"p{i}", "n", deleting=NOW - 1))
+        else:
+            pods.append(make_pod(f"p{i}", "n", owner=kind))
+    _, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
+    evicted = {a.name for a in actions}
+    assert evicted == {f"p{i}" for i, kind in enumerate(kinds) if kind == "ReplicaSet"}

@@ -37,6 +37,8 @@ def work(msg: func.QueueMessage, nudge: func.Out[str], audit: func.Out[str]) -> 
             insertion_time=msg.insertion_time, message_type=type(msg).__name__)
     if body.get("sleep"):
         time.sleep(float(body["sleep"]))
+    if body.get("sleep_on_first_delivery") and msg.dequeue_count == 1:
+        time.sleep(float(body["sleep_on_first_delivery"]))
     if body.get("fail"):
         raise RuntimeError(f"asked to fail ({body.get('tag')})")
     if body.get("nudge"):

@@ -1,0 +1,82 @@
+"""What the fleet and the ledger look like, read as an auditor would: never through the app's code.
+
+The invariants must not trust the app's own account of its work, so the fleet is read from the
+simulator (``/_sim/state``, ``/_sim/oracles``) and straight from each cluster's Kubernetes API with
+a plain HTTPS GET, and the ledger straight from its table. :class:`Sampler` also keeps, at every
+step of a run, how many established nodes of each pool were unavailable (cordoned or NotReady),
+which is what the budgets bound.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.ports import Record
+
+AKS_SERVER_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
+KINDS = ("remediation", "migration", "pool-request")
+
+
+def kube_nodes(sim: Any, cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every node object of a simulated cluster, from its API server (labels and annotations included)."""
+    token = sim.token(AKS_SERVER_APP)
+    context = ssl.create_default_context(cafile=str(sim.endpoints["ca_bundle"]))
+    request = urllib.request.Request(f"{cluster['kube_server']}/api/v1/nodes",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return list(json.loads(response.read()).get("items") or [])
+
+
+def ledger_records(ledger: Any, kinds: Iterable[str] = KINDS) -> dict[str, list[Record]]:
+    return {kind: list(ledger.list(kind)) for kind in kinds}
+
+
+def active_records(ledger: Any) -> int:
+    """How many remediation, migration and pool-request records are still in an active state."""
+    from shared import migration, pool_creation, remediation
+
+    return sum(len(ledger.list(m.KIND, states=sorted(m.ACTIVE_STATES))) for m in (remediation, migration, pool_creation))
+
+
+@dataclass
+class Sampler:
+    """Per pool, the most established nodes unavailable at once (sampled at every driver step).
+
+    A node is *established* once it has been seen Ready and schedulable: a node that is still
+    joining (a surge or a replacement) adds capacity, it does not take any away.
+    """
+
+    established: set[tuple[str, str]] = field(default_factory=set)
+    max_unavailable: dict[str, int] = field(default_factory=dict)
+    worst_at: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
+    samples: int = 0
+    initial_nodes: dict[str, list[str]] = field(default_factory=dict)  # "cluster/pool" -> node names at start
+
+    def sample(self, state: Mapping[str, Any]) -> None:
+        self.samples += 1
+        now = float((state.get("clock") or {}).get("now", 0.0))
+        for cluster in state.get("clusters") or []:
+            cname = str(cluster["name"])
+            down: dict[str, list[str]] = {}
+            for node in cluster.get("nodes") or []:
+                key = (cname, str(node["name"]))
+                healthy = bool(node.get("ready")) and not node.get("unschedulable")
+                if healthy:
+                    self.established.add(key)
+                    continue
+                if key in self.established:
+                    down.setdefault(f"{cname}/{node['pool']}", []).append(str(node["name"]))
+            if self.samples == 1:
+                for pool in cluster.get("pools") or []:
+                    self.initial_nodes[f"{cname}/{pool['name']}"] = list(pool.get("nodes") or [])
+                    for name in pool.get("nodes") or []:
+                        self.established.add((cname, str(name)))
+            for label, names in down.items():
+                if len(names) > self.max_unavailable.get(label, 0):
+                    self.max_unavailable[label] = len(names)
+                    self.worst_at[label] = (now, sorted(names))

@@ -1,0 +1,316 @@
+"""Run the whole app in this process against one simulated fleet, with one or two hosts at once.
+
+Why in process: a Functions host process costs seconds to start and runs on wall-clock time, so a
+soak of a thousand scenarios through real hosts would take many hours. Here every *host* is an app
+:class:`~shared.context.Context` of its own (its own instance name, credential, ARM, Kubernetes and
+Event Grid clients, all the real adapters over real HTTPS), sharing only the ledger table in
+Azurite, exactly what two scaled-out instances share. The simulator runs on a manual clock and the
+driver plays the Functions runtime: it fires the timers (sweep, migration planner, reconciler),
+pulls Event Grid deliveries from the simulator's feed (where duplicate, delayed and reordered
+deliveries are injected) and settles them as the host would, and jumps the clock over idle time.
+Two hosts run their invocations in two threads at the same moment, so claims, ETags and admissions
+really race. A crash (``soak.crash``) kills a host between two steps; a new host with a new
+instance name takes over after a random delay, as a new instance would.
+
+What this does not cover, and :mod:`soak.processes` does: the host runtime itself (devhost's
+triggers, queues, settlement of deliveries by a process that dies) and a kill at an arbitrary
+instruction rather than at a ledger write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from soak.audit import Sampler
+from soak.control import SimClient
+from soak.crash import CrashingLedger, HostCrashed
+from soak.generate import Crash, SoakScenario
+from soak.simclock import LinkedClock
+
+log = logging.getLogger("soak.inprocess")
+
+SUBSCRIBER = "remediation_events"  # the Event Grid subscription of the remediation trigger (devhost's file)
+UNHEALTHY = "Steward.GpuNode.Unhealthy"
+SWEEP_EVERY_S = 10.0
+PLANNER_EVERY_S = 12.0
+MAX_STEP_S = 5.0
+MIN_STEP_S = 0.5
+DELIVERY_LOCK_S = 30.0
+
+
+@dataclass
+class Host:
+    name: str
+    ctx: Any
+    ledger: CrashingLedger
+    next_sweep: float
+    next_planner: float
+
+
+@dataclass
+class RunLog:
+    """What the driver saw: crashes, restarts, unexpected exceptions, deliveries, steps."""
+
+    crashes: list[str] = field(default_factory=list)
+    app_errors: list[str] = field(default_factory=list)
+    deliveries: int = 0
+    delivery_retries: int = 0
+    steps: int = 0
+    sweeps: int = 0
+    reconciles: int = 0
+    ended_at: float = 0.0
+    end_reason: str = ""
+    wall_by_phase: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, phase: str, started: float) -> None:
+        self.wall_by_phase[phase] = self.wall_by_phase.get(phase, 0.0) + time.monotonic() - started
+
+
+def app_settings(endpoints: dict[str, Any], *, storage: str, table: str, profile: dict[str, str]) -> dict[str, str]:
+    """The app settings a deployment would have, pointing at this simulator and Azurite."""
+    subscriptions = sorted({str(c["id"]).split("/")[2] for c in endpoints.get("clusters") or []})
+    values = {
+        "AzureWebJobsStorage": storage,
+        "FLEET_SUBSCRIPTIONS": ",".join(subscriptions),
+        "FLEET_CLUSTER_TAG": "gpu-fleet-steward=enabled",
+        "ARM_ENDPOINT": str(endpoints["arm_endpoint"]),
+        "ARM_AUDIENCE": str(endpoints.get("arm_audience") or "https://management.azure.com/"),
+        "STEWARD_CA_BUNDLE": str(endpoints["ca_bundle"]),
+        "EVENTGRID_TOPIC_ENDPOINT": str(endpoints["eventgrid_topic_endpoint"]),
+        "AZURE_CLIENT_ID": "00000000-0000-0000-0000-00000000c11d",
+        "LEDGER_TABLE": table,
+        "POOL_REQUEST_QUEUE": "gpu-pool-requests",
+        "NUDGE_QUEUE": "steward-nudge",
+    }
+    values.update(profile)
+    return values
+
+
+class InProcessRun:
+    """One scenario, driven step by step; :meth:`run` returns the :class:`RunLog`."""
+
+    def __init__(self, scenario: SoakScenario, *, sim: Any, storage: str, table: str, use_table: bool = False,
+                 wall_budget_s: float = 300.0) -> None:
+        from shared.ledger import InMemoryLedger
+
+        self.scenario = scenario
+        self.sim = SimClient(sim.endpoints)
+        self.use_table = use_table
+        self.shared_ledger: Any = None if use_table else InMemoryLedger()
+        self.rng = random.Random(scenario.seed * 7919 + 1)
+        self.clock = LinkedClock(sim)
+        self.start = self.clock.now()
+        self.settings_env = app_settings(sim.endpoints, storage=storage, table=table, profile=scenario.profile)
+        self.log = RunLog()
+        self.sampler = Sampler()
+        self.wall_budget_s = wall_budget_s
+        self._host_seq = 0
+        self._crashes: dict[int, list[Crash]] = {}
+        for crash in scenario.crashes:
+            self._crashes.setdefault(crash.host, []).append(crash)
+        self.hosts: list[Host | None] = []
+        self.restarts: list[tuple[float, int]] = []  # (when, slot)
+        self.raw_ledger: Any = None
+        self.migrating = scenario.profile.get("MIGRATION_ENABLED") == "true"
+
+    # ------------------------------------------------------------------ hosts
+
+    def _settings(self) -> Any:
+        from shared import settings as settings_mod
+
+        return settings_mod.load(self.settings_env)
+
+    def _ledger(self, settings: Any) -> Any:
+        """The hosts' shared ledger: the Azurite table, or its in-memory twin (same ETag contract)."""
+        from shared.ledger import TableLedger
+
+        return TableLedger.from_settings(settings, clock=self.clock) if self.use_table else self.shared_ledger
+
+    def _new_host(self, slot: int) -> Host:
+        from shared import wiring
+
+        self._host_seq += 1
+        name = f"soak-host-{slot + 1}-{self._host_seq}"
+        settings = self._settings()
+        pending = self._crashes.get(slot) or []
+        crash = pending.pop(0) if pending else None
+        ledger = CrashingLedger(self._ledger(settings),
+                                crash_at=crash.write if crash else None, when=crash.when if crash else "before")
+        ctx = wiring.build_context(settings, instance=name, clock=self.clock, ledger=ledger)
+        now = self.clock.now()
+        return Host(name=name, ctx=ctx, ledger=ledger, next_sweep=now, next_planner=now)
+
+    def _close(self, host: Host) -> None:
+        access = host.ctx.access
+        for attr in ("_kube",):
+            for client in list(getattr(access, attr, {}).values()):
+                close = getattr(client, "close", None)
+                if callable(close):
+                    with contextlib.suppress(Exception):  # closing a dead host's clients is best effort
+                        close()
+
+    # ------------------------------------------------------------------ one host's turn
+
+    def _deliveries(self, host: Host, feed: Any) -> None:
+        from shared import entrypoints
+
+        deliveries = feed.fetch(subscriber=SUBSCRIBER, max_n=8, lock_s=DELIVERY_LOCK_S, types=(UNHEALTHY,))
+        for delivery in deliveries:
+            event = delivery.get("event") or {}
+            token = str(delivery.get("lock_token", ""))
+            if event.get("type") != UNHEALTHY:
+                feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="ok")
+                continue
+            self.log.deliveries += 1
+            try:
+                entrypoints.handle_gpu_event(dict(event), ctx=host.ctx)
+            except HostCrashed:
+                raise  # never settled: the lock runs out and Event Grid redelivers
+            except Exception as error:
+                self._note_error("remediation trigger", error)
+                self.log.delivery_retries += 1
+                feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="retry", reason=str(error)[:300])
+                continue
+            feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="ok")
+
+    def _note_error(self, where: str, error: BaseException) -> None:
+        from shared.errors import StewardError
+
+        if isinstance(error, StewardError):
+            return  # an answer the trigger is allowed to give (the runtime retries it)
+        self.log.app_errors.append(f"{where}: {type(error).__name__}: {error}"[:400])
+
+    def _turn(self, slot: int, host: Host, feed: Any) -> None:
+        """Everything one host's runtime would do at this moment (timers due, deliveries, reconciler)."""
+        from shared import entrypoints
+
+        now = self.clock.now()
+        try:
+            if now >= host.next_sweep:
+                host.next_sweep = now + SWEEP_EVERY_S
+                self.log.sweeps += 1
+                self._guard("health sweep", lambda: entrypoints.run_health_sweep(ctx=host.ctx))
+            started = time.monotonic()
+            try:
+                self._deliveries(host, feed)
+            finally:
+                self.log.timed("deliveries", started)
+            if self.migrating and now >= host.next_planner:
+                host.next_planner = now + PLANNER_EVERY_S
+                self._guard("migration planner", lambda: entrypoints.run_migration_planner(ctx=host.ctx))
+            self.log.reconciles += 1
+            self._guard("reconciler", lambda: entrypoints.run_reconcile(reason="timer", ctx=host.ctx))
+        except HostCrashed as crash:
+            self.log.crashes.append(f"{host.name} at t+{now - self.start:.0f}s: {crash}")
+            self.hosts[slot] = None
+            self._close(host)
+            self.restarts.append((self.clock.now() + self.rng.uniform(0, 90), slot))
+
+    def _guard(self, where: str, fn: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        try:
+            fn()
+        except HostCrashed:
+            raise
+        except Exception as error:
+            self._note_error(where, error)
+        finally:
+            self.log.timed(where, started)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _next_due(self) -> tuple[float | None, int]:
+        """Earliest ``next_at`` of an active record (or None), and how many records are active."""
+        from shared import migration, pool_creation, remediation
+
+        earliest: float | None = None
+        active = 0
+        for module in (remediation, migration, pool_creation):
+            for record in self.raw_ledger.list(module.KIND, states=sorted(module.ACTIVE_STATES)):
+                active += 1
+                due = max(record.next_at, record.lease_until if record.owner else 0.0)
+                earliest = due if earliest is None else min(earliest, due)
+        return earliest, active
+
+    def run(self) -> RunLog:
+        from shared import clock as clocks
+        from shared import identity
+
+        os.environ["IDENTITY_ENDPOINT"] = str(self.sim.endpoints["identity_endpoint"])
+        os.environ["IDENTITY_HEADER"] = str(self.sim.endpoints["identity_header"])
+        identity.reset()  # a credential cached by an earlier run would hold the previous simulator's tokens
+        previous = clocks.use(self.clock)
+        settings = self._settings()
+        self.raw_ledger = self._ledger(settings)
+        feed = self.sim
+        self.hosts = [self._new_host(i) for i in range(self.scenario.hosts)]
+        wall_end = time.monotonic() + self.wall_budget_s
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-host") if self.scenario.hosts > 1 else None
+        try:
+            self.sampler.sample(self.sim.state())
+            while True:
+                now = self.clock.now()
+                elapsed = now - self.start
+                for when, slot in [r for r in self.restarts if r[0] <= now]:
+                    self.restarts.remove((when, slot))
+                    self.hosts[slot] = self._new_host(slot)
+                live = [(i, h) for i, h in enumerate(self.hosts) if h is not None]
+                if pool is not None and len(live) > 1:
+                    barrier = threading.Barrier(len(live))
+
+                    def together(slot: int, host: Host, barrier: threading.Barrier = barrier) -> None:
+                        barrier.wait(timeout=30)
+                        self._turn(slot, host, feed)
+
+                    for future in [pool.submit(together, i, h) for i, h in live]:
+                        future.result()
+                else:
+                    for i, h in live:
+                        self._turn(i, h, feed)
+                self.log.steps += 1
+                started = time.monotonic()
+                self.sampler.sample(self.sim.state())
+                self.log.timed("sampling", started)
+                started = time.monotonic()
+                earliest, active = self._next_due()
+                self.log.timed("ledger scan", started)
+                now = self.clock.now()
+                if elapsed >= self.scenario.quiet_after_s and active == 0 and not self.restarts and (
+                        not self.migrating or elapsed >= self.scenario.quiet_after_s + 2 * PLANNER_EVERY_S):
+                    self.log.end_reason = "quiet: no active record"
+                    break
+                if elapsed >= self.scenario.horizon_s:
+                    self.log.end_reason = f"horizon ({self.scenario.horizon_s:.0f} s) reached with {active} active"
+                    break
+                if time.monotonic() > wall_end:
+                    self.log.end_reason = f"wall-clock budget ({self.wall_budget_s:.0f} s) spent with {active} active"
+                    break
+                wake = [now + MAX_STEP_S]
+                for h in self.hosts:
+                    if h is not None:
+                        wake += [h.next_sweep] + ([h.next_planner] if self.migrating else [])
+                wake += [when for when, _ in self.restarts]
+                if earliest is not None:
+                    wake.append(earliest)
+                started = time.monotonic()
+                self.clock.advance(max(MIN_STEP_S, min(wake) - now))
+                self.log.timed("advance", started)
+        finally:
+            self.log.ended_at = self.clock.now() - self.start
+            if pool is not None:
+                pool.shutdown(wait=True)
+            for h in self.hosts:
+                if h is not None:
+                    self._close(h)
+            clocks.use(previous)
+            self.sim.close()
+        return self.log

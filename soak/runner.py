@@ -1,0 +1,210 @@
+"""One soak run from its seed to its verdict, and many runs in a row.
+
+:func:`run_seed` generates the scenario, starts a simulator for it, drives the app (in process, or
+through real host processes for a fraction of the runs), gathers the evidence as an auditor and
+checks every invariant. Azurite is started once per soak and shared: each run that uses it gets
+its own ledger table. Which runs use host processes or the Azurite table is itself decided by the
+seed, so ``--replay SEED`` repeats the run exactly as the soak ran it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from soak.generate import SoakScenario, generate
+from soak.invariants import Evidence, Violation, check_all
+
+DEV_STORAGE = "UseDevelopmentStorage=true"
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Which fraction of the runs use host processes, and which use the Azurite table as the ledger."""
+
+    process_every: int = 20  # every N-th seed runs real host processes (0 = never)
+    table_every: int = 5  # every N-th in-process seed uses the Azurite table instead of its in-memory twin
+
+    def process_mode(self, seed: int) -> bool:
+        return self.process_every > 0 and seed % self.process_every == self.process_every - 1
+
+    def use_table(self, seed: int) -> bool:
+        return self.table_every > 0 and seed % self.table_every == 1
+
+
+@dataclass
+class RunResult:
+    seed: int
+    description: str
+    mode: str
+    violations: list[Violation] = field(default_factory=list)
+    faults: Counter[str] = field(default_factory=Counter)
+    error: str = ""
+    wall_s: float = 0.0
+    sim_s: float = 0.0
+    end_reason: str = ""
+    outcomes: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)  # how each record ended, for --replay
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations or self.error)
+
+
+def fault_kind(fired: dict[str, Any]) -> str:
+    """A readable kind for one fired fault, e.g. ``arm 429``, ``lro AllocationFailed``, ``kube drop``."""
+    target = str(fired.get("target", "?"))
+    if target == "eventgrid-delivery":
+        what = "duplicate" if fired.get("duplicate") else "reorder" if fired.get("reorder") else "delay"
+        return f"eventgrid-delivery {what}"
+    if target == "lro":
+        return f"lro {fired.get('code') or 'failed'}"
+    if fired.get("drop"):
+        return f"{target} drop (timeout)"
+    if fired.get("status"):
+        code = fired.get("code")
+        named = code and int(fired["status"]) < 429  # a 400's code says what it was (QuotaExceeded ...)
+        return f"{target} {fired['status']}{' ' + str(code) if named else ''}"
+    if fired.get("delay_s"):
+        return f"{target} slow"
+    return target
+
+
+@contextlib.contextmanager
+def shared_azurite(needed: bool) -> Iterator[Any]:
+    if not needed:
+        yield None
+        return
+    from devhost import azurite
+
+    log_dir = Path(tempfile.mkdtemp(prefix="soak-azurite-"))
+    instance = azurite.start(log=log_dir / "azurite.log")
+    try:
+        yield instance
+    finally:
+        azurite.stop(instance)
+
+
+def _evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list[Any]], sampler: Any,
+              app_errors: list[str], now: float) -> tuple[Evidence, dict[str, Any]]:
+    from soak.audit import kube_nodes
+
+    oracles = sim.oracles()
+    state = sim.state()
+    nodes = {str(c["name"]): kube_nodes(sim, c) for c in sim.endpoints["clusters"]}
+    evidence = Evidence(scenario=scenario, oracles=oracles, state=state, nodes=nodes, records=records,
+                        max_unavailable=dict(sampler.max_unavailable), worst_at=dict(sampler.worst_at),
+                        initial_nodes=dict(sampler.initial_nodes), app_errors=list(app_errors),
+                        published=sim.published(), now=now)
+    return evidence, oracles
+
+
+def _why(rec: Any) -> str:
+    from soak.invariants import reason
+
+    return reason(rec)[:300]
+
+
+def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool = False,
+                 wall_budget_s: float = 300.0, keep_dir: Path | None = None) -> RunResult:
+    """Run one generated scenario and check every invariant."""
+    from sim.testing import start_sim
+    from soak.audit import ledger_records
+
+    mode = "processes" if scenario.process_mode else ("in-process+table" if use_table else "in-process")
+    result = RunResult(seed=scenario.seed, description=scenario.describe(), mode=mode)
+    started = time.monotonic()
+    state_dir = Path(tempfile.mkdtemp(prefix=f"soak-{scenario.seed}-", dir=keep_dir))
+    try:
+        if scenario.process_mode:
+            from soak.processes import ProcessRun
+
+            run = ProcessRun(scenario, azurite=azurite, state_dir=state_dir, wall_budget_s=wall_budget_s)
+            evidence, oracles, log = run.run()
+            result.end_reason = log.end_reason
+            result.sim_s = log.ended_at
+            result.faults["host process killed"] += len(log.kills)
+        else:
+            from soak.control import SimClient
+            from soak.inprocess import InProcessRun
+
+            storage = azurite.connection_string if azurite is not None else DEV_STORAGE
+            with start_sim(scenario=scenario.sim, seed=scenario.seed, state_dir=state_dir / "sim") as sim:
+                run_ = InProcessRun(scenario, sim=sim, storage=storage, table=f"soak{scenario.seed}t{int(time.time())}",
+                                    use_table=use_table and azurite is not None, wall_budget_s=wall_budget_s)
+                log_ = run_.run()
+                client = SimClient(sim.endpoints)
+                try:
+                    evidence, oracles = _evidence(scenario, sim=client, records=ledger_records(run_.raw_ledger),
+                                                  sampler=run_.sampler, app_errors=log_.app_errors,
+                                                  now=run_.clock.now())
+                finally:
+                    client.close()
+            result.end_reason = log_.end_reason
+            result.sim_s = log_.ended_at
+            result.faults["app crash between steps"] += len(log_.crashes)
+            if scenario.hosts > 1:
+                result.faults["two hosts at once"] += 1
+        for fired in oracles.get("faults_fired") or []:
+            result.faults[fault_kind(fired)] += 1
+        for kind in ("remediation", "migration"):
+            for rec in evidence.records.get(kind, []):
+                result.outcomes[f"{kind} {rec.state}"] += 1
+                result.notes.append(f"{kind} {rec.id} {rec.state}: {_why(rec)}")
+        result.violations = check_all(evidence)
+    except Exception as error:
+        result.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"
+    result.wall_s = time.monotonic() - started
+    if not result.failed and keep_dir is None:
+        import shutil
+
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return result
+
+
+def run_seed(seed: int, *, mix: Mix | None = None, short: bool = False, azurite: Any = None,
+             wall_budget_s: float = 300.0) -> RunResult:
+    """Generate the scenario of ``seed`` (and its mode from ``mix``) and run it."""
+    mix = mix or Mix()
+    process = mix.process_mode(seed)
+    scenario = generate(seed, short=short, process_mode=process)
+    return run_scenario(scenario, azurite=azurite, use_table=mix.use_table(seed), wall_budget_s=wall_budget_s)
+
+
+@dataclass(frozen=True)
+class AzuriteRef:
+    """What a worker process needs of the soak's Azurite (the instance itself is not picklable)."""
+
+    connection_string: str
+
+
+def _worker(seed: int, mix: Mix, short: bool, connection_string: str | None, wall_budget_s: float) -> RunResult:
+    import logging
+
+    logging.basicConfig(level=logging.CRITICAL)
+    azurite = AzuriteRef(connection_string) if connection_string else None
+    return run_seed(seed, mix=mix, short=short, azurite=azurite, wall_budget_s=wall_budget_s)
+
+
+def run_seeds(seeds: list[int], *, mix: Mix, short: bool, azurite: Any, jobs: int = 1,
+              wall_budget_s: float = 300.0) -> Iterator[RunResult]:
+    """Run ``seeds``, ``jobs`` at a time (worker processes; each run has its own simulator)."""
+    if jobs <= 1:
+        for seed in seeds:
+            yield run_seed(seed, mix=mix, short=short, azurite=azurite, wall_budget_s=wall_budget_s)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    conn = str(azurite.connection_string) if azurite is not None else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_worker, seed, mix, short, conn, wall_budget_s) for seed in seeds]
+        for future in futures:
+            yield future.result()

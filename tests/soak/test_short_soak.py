@@ -1,0 +1,44 @@
+"""The short soak that ``make test`` runs: 25 generated fleets with their bad days, every invariant.
+
+The full soak (``make soak``, 1,000 scenarios) is too long for CI; these 25 seeds keep the
+invariants under watch on every change. Scenarios are small (one cluster, pools of two to four GPU
+nodes) and run on the simulator's manual clock, two at a time in worker processes, so the module
+takes a few minutes on two cores. A failure names its seed: ``python -m soak --replay SEED --short``
+runs it again with details.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from soak.report import failure_text
+from soak.runner import Mix, RunResult, run_seeds
+
+SEEDS = list(range(25))
+MIX = Mix(process_every=0, table_every=0)  # host processes and the Azurite ledger: see test_soak_modes.py
+JOBS = int(os.environ.get("SOAK_JOBS", "2"))
+
+
+@pytest.fixture(scope="module")
+def results() -> Iterator[dict[int, RunResult]]:
+    done = {r.seed: r for r in run_seeds(SEEDS, mix=MIX, short=True, azurite=None, jobs=JOBS, wall_budget_s=120.0)}
+    yield done
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
+def test_a_generated_fleet_keeps_every_safety_invariant(results: dict[int, RunResult], seed: int) -> None:
+    result = results[seed]
+    assert not result.failed, failure_text(result)
+
+
+def test_the_short_soak_really_injects_faults_and_remediates(results: dict[int, RunResult]) -> None:
+    faults = sum((r.faults for r in results.values()), start=type(next(iter(results.values())).faults)())
+    outcomes = sum((r.outcomes for r in results.values()), start=type(next(iter(results.values())).outcomes)())
+    assert sum(faults.values()) >= 25, faults
+    assert faults["app crash between steps"] >= 3, faults
+    assert faults["two hosts at once"] >= 3, faults
+    assert outcomes["remediation done"] >= 5, outcomes
+    assert any(k.startswith("migration") for k in outcomes), outcomes

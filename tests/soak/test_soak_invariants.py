@@ -1,0 +1,111 @@
+"""The soak's own parts, checked fast: scenarios replay from their seed, crashes land where asked,
+and each invariant check catches what it is there to catch (a check that cannot fail proves nothing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.ledger import InMemoryLedger
+from shared.ports import Record
+from soak.crash import CrashingLedger, HostCrashed
+from soak.generate import generate
+from soak.invariants import Evidence, check_budgets, check_ledger, check_oracles, check_outcomes, check_repairs, pool_budget
+from soak.runner import fault_kind
+
+
+def _evidence(seed: int = 3, **fields: Any) -> Evidence:
+    base: dict[str, Any] = {"scenario": generate(seed, short=True), "oracles": {}, "state": {"clusters": []},
+                            "nodes": {}, "records": {}, "max_unavailable": {}}
+    base.update(fields)
+    return Evidence(**base)
+
+
+def test_the_same_seed_generates_the_same_scenario_and_another_seed_another() -> None:
+    assert generate(42).sim == generate(42).sim
+    assert generate(42).crashes == generate(42).crashes
+    assert generate(42).sim != generate(43).sim
+
+
+@pytest.mark.parametrize(("size", "count", "percent", "allowed"), [
+    (4, 1, 20, 1), (10, 5, 20, 2), (10, 5, 100, 5), (3, 2, 50, 1), (6, 2, 50, 2), (2, 0, 20, 0), (2, 2, 100, 2),
+], ids=["small-pool-floor-of-one", "percent-is-stricter", "percent-off", "half-of-three", "count-is-stricter",
+        "zero-admits-nothing", "never-more-than-the-pool"])
+def test_the_pool_budget_is_the_stricter_of_count_and_percentage(size: int, count: int, percent: int,
+                                                                 allowed: int) -> None:
+    assert pool_budget(size, count=count, percent=percent) == allowed
+
+
+def test_a_crashing_ledger_dies_before_the_chosen_write_and_stays_dead() -> None:
+    inner = InMemoryLedger()
+    ledger = CrashingLedger(inner, crash_at=2, when="before")
+    ledger.create(Record(kind="k", id="a", state="s"))
+    with pytest.raises(HostCrashed):
+        ledger.create(Record(kind="k", id="b", state="s"))
+    assert inner.get("k", "b") is None
+    with pytest.raises(HostCrashed):
+        ledger.get("k", "a")
+
+
+def test_a_crashing_ledger_can_die_just_after_the_write() -> None:
+    inner = InMemoryLedger()
+    ledger = CrashingLedger(inner, crash_at=1, when="after")
+    with pytest.raises(HostCrashed):
+        ledger.create(Record(kind="k", id="a", state="s"))
+    assert inner.get("k", "a") is not None
+
+
+def test_oracle_violations_are_reported_by_invariant() -> None:
+    evidence = _evidence(oracles={
+        "pdb_violations": [{"cluster": "c", "namespace": "n", "pdb": "p", "pod": "x", "cause": "eviction",
+                            "currentHealthy": 1, "desiredHealthy": 2}],
+        "pods_killed_without_eviction": [{"cluster": "c", "namespace": "n", "pod": "y", "node": "n1", "cause": "delete"}],
+        "workload_pods_lost": [{"cluster": "c", "namespace": "n", "pod": "z", "node": "n2"}]})
+    assert [v.invariant for v in check_oracles(evidence)] == ["pdb", "eviction-only", "pool-deleted-with-pods"]
+
+
+def test_more_nodes_down_than_the_budget_is_a_violation_and_exactly_the_budget_is_not() -> None:
+    scenario = generate(3, short=True)
+    pool = next(p for p in scenario.pools if p.managed)
+    label = f"{pool.cluster}/{pool.name}"
+    allowed = pool_budget(pool.count, count=int(scenario.profile["BUDGET_POOL_MAX_UNAVAILABLE"]),
+                          percent=int(scenario.profile["BUDGET_POOL_MAX_UNAVAILABLE_PERCENT"]))
+    assert check_budgets(_evidence(scenario=scenario, max_unavailable={label: allowed})) == []
+    over = check_budgets(_evidence(scenario=scenario, max_unavailable={label: allowed + 1}))
+    assert [v.invariant for v in over] == ["budget"]
+
+
+def test_a_record_active_past_its_deadline_is_stuck_and_a_terminal_one_needs_a_reason() -> None:
+    stuck = Record(kind="remediation", id="r1", state="draining", created_at=0.0)
+    silent = Record(kind="migration", id="m1", state="blocked", created_at=0.0)
+    explained = Record(kind="migration", id="m2", state="blocked", created_at=0.0, data={"reason": "pods do not fit"})
+    found = check_outcomes(_evidence(records={"remediation": [stuck], "migration": [silent, explained]}, now=1e6))
+    assert sorted(v.detail.split(" ")[1] for v in found) == ["m1", "r1"]
+
+
+def test_a_node_left_cordoned_by_a_finished_remediation_disagrees_with_the_ledger() -> None:
+    cluster = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/soak1"
+    rec = Record(kind="remediation", id="abc-1", state="done", data={"cluster": cluster, "node": "n1", "pool": "gpu1"})
+    node = {"metadata": {"name": "n1", "annotations": {"gpu-fleet-steward/cordoned-for": "abc-1"}},
+            "spec": {"unschedulable": True}}
+    found = check_ledger(_evidence(records={"remediation": [rec]}, nodes={"soak1": [node]}))
+    assert {v.invariant for v in found} == {"ledger-vs-cluster"} and len(found) == 2
+
+
+def test_two_remediations_of_one_fault_break_the_one_repair_rule() -> None:
+    recs = [Record(kind="remediation", id=f"k-{i}", state="done", data={"fault": "f1", "pool": "zz"}) for i in (1, 2)]
+    found = check_repairs(_evidence(records={"remediation": recs}))
+    assert any(v.invariant == "one-repair-per-fault" and "f1" in v.detail for v in found)
+
+
+@pytest.mark.parametrize(("fired", "kind"), [
+    ({"target": "arm", "status": 429}, "arm 429"),
+    ({"target": "arm", "status": 400, "code": "QuotaExceeded"}, "arm 400 QuotaExceeded"),
+    ({"target": "lro", "code": "AllocationFailed"}, "lro AllocationFailed"),
+    ({"target": "kube", "drop": True}, "kube drop (timeout)"),
+    ({"target": "eventgrid-delivery", "duplicate": True}, "eventgrid-delivery duplicate"),
+], ids=["throttled", "quota", "allocation", "timeout", "duplicate-delivery"])
+def test_fired_faults_are_counted_by_a_readable_kind(fired: dict[str, Any], kind: str) -> None:
+    assert fault_kind(fired) == kind
