@@ -55,7 +55,7 @@ def _module(kind: str) -> ModuleType:
     return importlib.import_module(KINDS[kind])
 
 
-def _due(record: Record, *, now: float, instance: str) -> bool:
+def _due(record: Record, *, now: float) -> bool:
     # A live lease excludes every invocation, this instance's too: the timer and the nudge trigger
     # (and concurrent invocations in one worker) run side by side in one instance, and two of them
     # stepping one record would repeat its side effects (a second PUT) before the ETag catches it.
@@ -147,7 +147,7 @@ def reconcile_once(ctx: Context, *, modules: Mapping[str, ModuleType] | None = N
             report.errors.append(f"listing {kind}: {exc}")
             continue
         for record in sorted(records, key=lambda r: (r.next_at, r.id)):
-            if not _due(record, now=now, instance=ctx.instance):
+            if not _due(record, now=now):
                 continue
             advance_record(record, ctx, report=report, advance=module.advance, active=active)
     return report

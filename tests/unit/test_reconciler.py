@@ -126,3 +126,12 @@ def test_a_record_changed_by_someone_else_mid_step_is_not_overwritten() -> None:
     report = reconcile_once(make_ctx(ledger, clock), modules={"k": module})
     assert ledger.get("k", "r1").state == "c"  # type: ignore[union-attr]
     assert report.skipped_conflicts == 1
+
+
+def test_a_live_claim_excludes_a_second_invocation_of_the_same_instance() -> None:
+    # The timer and the nudge trigger run side by side in one instance: they must not step one record twice.
+    ledger, clock, steps = InMemoryLedger(), ManualClock(), []
+    record = seed(ledger, clock)
+    assert claim(record, make_ctx(ledger, clock, "host-a")) is not None
+    reconcile_once(make_ctx(ledger, clock, "host-a"), modules={"k": counting_kind(steps)})
+    assert steps == []
