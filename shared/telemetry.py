@@ -105,6 +105,9 @@ def install_log_record_factory() -> None:
             return record
 
         logging.setLogRecordFactory(factory)
+        # azure-core logs every request's and response's headers at INFO: about fifteen lines per ARM
+        # or Kubernetes call, which would drown the app's own lines (and cost ingestion in Azure).
+        logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
         _installed = True
 
 
