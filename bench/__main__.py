@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     print(report.table(figures))
     report.write(Path(args.out), figures, scale=args.scale, elapsed_s=elapsed)
+    load = report.document([], scale=args.scale, elapsed_s=elapsed)["machine"]["load_average_at_end"]
     print(f"\n{len(figures)} figures ({sum(1 for f in figures if f.not_measured)} not measured) in {elapsed:.0f} s "
-          f"-> {args.out}")
+          f"-> {args.out} (load average {load})")
     return 0
 
 

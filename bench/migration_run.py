@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.remediation_run import counts, diff
+from bench.remediation_run import counts
 from bench.scale import Scale
 
 CLUSTER = "bench-mig"
@@ -137,7 +137,6 @@ def _records(ledger: Any) -> list[Any]:
 
 def _drive(stack: Any, run: MigrationRun, scale: Scale) -> None:
     sim = stack.sim
-    c0 = counts(sim.oracles())
     ledger = stack.ledger()
     deadline = time.monotonic() + scale.timeout_s
     record = None
@@ -148,7 +147,7 @@ def _drive(stack: Any, run: MigrationRun, scale: Scale) -> None:
             break
         time.sleep(0.25)
     oracles = sim.oracles()
-    run.counts = diff(counts(oracles), c0)
+    run.counts = counts(oracles)  # everything since the simulator started: only the host talks to it
     series = oracles["gpu_capacity"].get(CLUSTER) or []
     if record is None:
         raise RuntimeError(f"no migration record for {POOL} within {scale.timeout_s:.0f} s wall")

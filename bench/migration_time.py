@@ -13,7 +13,7 @@ from bench import migration_run
 from bench.figures import Figure, measured, not_measured, ratio_at_most
 from bench.scale import Scale
 
-_PHASES = (("creation (PUT to replacement healthy)", "planned", "cordoning", "create"),
+_PHASES = (("creation (record planned to replacement healthy)", "planned", "cordoning", "create"),
            ("drains (first cordon to every old node drained)", "cordoning", "deleting", "drains"),
            ("deletion of the old pool", "deleting", "done", "delete"))
 

@@ -68,9 +68,19 @@ def document(figures: Sequence[Figure], *, scale: str, elapsed_s: float) -> dict
         "scale": scale,
         "elapsed_s": round(elapsed_s, 1),
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpus": _cpus()},
+                    "cpus": _cpus(), "load_average_at_end": _load()},
         "figures": [f.as_json() for f in figures],
     }
+
+
+def _load() -> list[float] | None:
+    """1, 5 and 15 minute load averages: wall-clock and simulated-second figures depend on them."""
+    import os
+
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _cpus() -> int:

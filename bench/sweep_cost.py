@@ -236,12 +236,17 @@ def run(scale: Scale) -> list[Figure]:
             baseline_name=f"at {small:,} nodes", target="ratio ~1 (total cost linear in the fleet)",
             note=f"fleet grows {growth:.0f}x; a ratio near 1 means total CPU grows linearly with the fleet"))
         fixed = scale.sweep_fixed_page
+        # The growth of the memory peak is judged from the smallest fleet whose clusters span at least two
+        # pages of ``fixed`` nodes: with one page per cluster, no page is ever replaced by the next one.
+        multi = [n for n in results if results[n]["nodes"] / scale.sweep_clusters >= 2 * fixed and n != large]
+        base = min(multi) if multi else small
         figures.append(measured(
-            f"sweep peak memory growth at pages of {fixed}, {small:,} -> {large:,} nodes",
-            results[large]["ours_peak_fixed"] / MIB, "MiB", baseline=results[small]["ours_peak_fixed"] / MIB,
-            baseline_name=f"at {small:,} nodes", target="ratio ~1 (bounded by the page, not the fleet)",
+            f"sweep peak memory growth at pages of {fixed}, {base:,} -> {large:,} nodes",
+            results[large]["ours_peak_fixed"] / MIB, "MiB", baseline=results[base]["ours_peak_fixed"] / MIB,
+            baseline_name=f"at {base:,} nodes", target="ratio ~1 (bounded by the page, not the fleet)",
             check=lambda f: f.ratio is not None and f.ratio < 1.5,
-            note=f"the fleet grows {growth:.0f}x while every page holds {fixed} nodes; with the default page size "
-                 f"({scale.sweep_page_size}) the pages themselves grow from {int(results[small]['per_page'])} to "
-                 f"{int(results[large]['per_page'])} nodes (clusters of that size), see the per-size figures"))
+            note=f"the fleet grows {large / base:.0f}x while every page holds {fixed} nodes; at {small:,} nodes (one page "
+                 f"per cluster) the peak was {results[small]['ours_peak_fixed'] / MIB:.2f} MiB; with the default page "
+                 f"size ({scale.sweep_page_size}) pages grow with the clusters, from {int(results[small]['per_page'])} to "
+                 f"{int(results[large]['per_page'])} nodes (see the per-size figures)"))
     return figures

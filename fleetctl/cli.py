@@ -262,6 +262,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         settings = config.load(args.settings)
         if args.endpoints:
             settings = config.with_endpoints(settings, args.endpoints)
+            config.use_fleet_clock(args.endpoints)
         config.export(settings)
         return COMMANDS[args.command](args, settings, stream)
     except (ConfigError, FleetUnavailable, OSError, ValueError) as error:

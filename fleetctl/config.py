@@ -54,6 +54,25 @@ def with_endpoints(settings: Mapping[str, str], endpoints: str | Path) -> dict[s
     return {**defaults, **settings, **platform}
 
 
+def use_fleet_clock(endpoints: str | Path) -> None:
+    """Run on the simulated fleet's clock (as the local host does) when its endpoints.json has one.
+
+    Times fleetctl writes (the breaker's ``reset_at``) are compared with the fleet's own times (node
+    transitions, events' ``observed_at``); on a simulator whose clock runs faster than the wall, the
+    system clock would put a reset before faults that happened after it.
+    """
+    from devhost.endpoints import read_endpoints
+    from shared import clock as clocks
+
+    try:
+        c = (read_endpoints(endpoints) or {}).get("clock") or {}
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read endpoints file {endpoints}: {error}") from None
+    if c and not c.get("manual"):
+        clocks.use(clocks.ScaledClock(epoch_real=float(c["epoch_real"]), epoch_sim=float(c["epoch_sim"]),
+                                      speed=float(c.get("speed", 1.0))))
+
+
 def export(settings: Mapping[str, str], *, environ: MutableMapping[str, str] | None = None) -> None:
     """Make the settings visible to shared.settings (which reads the environment), file values included."""
     env = os.environ if environ is None else environ

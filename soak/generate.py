@@ -123,15 +123,16 @@ def _fault_rules(rng: random.Random, *, clusters: list[str], window: float) -> l
         lambda: {"target": "kube", "delay_s": 0.05},
         lambda: {"target": "eventgrid", "status": 503},
         lambda: {"target": "eventgrid-delivery", "duplicate": True},
-        lambda: {"target": "eventgrid-delivery", "delay_s": rng.choice([10, 30, 60])},
+        lambda: {"target": "eventgrid-delivery", "delay_s": rng.choice([10, 30, 60, 300])},
         lambda: {"target": "eventgrid-delivery", "reorder": True},
     ]
     rules = []
     for _ in range(rng.randint(1, 5)):
         rule = rng.choice(menu)()
-        start = rng.uniform(0, window * 0.6)
-        rule["after_s"] = round(start, 1)
-        rule["until_s"] = round(start + rng.uniform(30, window * 0.5), 1)
+        if "count" not in rule:  # counted rules (quota, allocation, failed LROs) wait for the app's writes
+            start = rng.uniform(0, window * 0.6)
+            rule["after_s"] = round(start, 1)
+            rule["until_s"] = round(start + rng.uniform(30, window * 0.5), 1)
         if rule["target"] in ("arm", "kube", "eventgrid") and "count" not in rule:
             rule["probability"] = round(rng.choice([0.05, 0.1, 0.2, 0.3]), 2)
         if rule["target"] == "eventgrid-delivery":
@@ -238,13 +239,28 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> S
     managed = [p for p in pools if p.managed]
     n_flips = rng.choice([0, 1, 1, 2, 2, 3]) if short else rng.choice([0, 1, 2, 2, 3, 4, 6])
     used: set[tuple[str, str, int]] = set()
+    # GPU faults strike managed pools, and sometimes a pool being migrated (unmanaged pools with NPD):
+    # remediation and migration then work on the same nodes.
+    targets = managed + [p for p in pools if p.migrate and rng.random() < 0.5]
     for _ in range(n_flips):
-        p = rng.choice(managed)
+        p = rng.choice(targets)
         idx = rng.randrange(p.count)
         used.add((p.cluster, p.name, idx))
-        flips.append({"at": round(grace + rng.uniform(0, span), 1), "cluster": p.cluster, "pool": p.name,
-                      "node_index": idx, "type": rng.choice(CONDITIONS), "status": "True",
-                      "fixed_by": rng.choice(["restart", "restart", "reimage", "replace", "never"])})
+        at = round(grace + rng.uniform(0, span), 1)
+        cond = rng.choice(CONDITIONS)
+        flips.append({"at": at, "cluster": p.cluster, "pool": p.name, "node_index": idx, "type": cond,
+                      "status": "True", "fixed_by": rng.choice(["restart", "restart", "reimage", "replace", "never"])})
+        if rng.random() < 0.2:  # the fault clears by itself, before, during or after its remediation
+            flips.append({"at": round(at + rng.uniform(5, 150), 1), "cluster": p.cluster, "pool": p.name,
+                          "node_index": idx, "type": cond, "status": "False", "fixed_by": "restart"})
+    if rng.random() < 0.3:  # a burst: several nodes of one pool fail at the same moment (budgets, breaker)
+        p = rng.choice(managed)
+        at = round(grace + rng.uniform(0, span / 2), 1)
+        for idx in rng.sample(range(p.count), k=rng.randint(2, p.count)):
+            used.add((p.cluster, p.name, idx))
+            flips.append({"at": at, "cluster": p.cluster, "pool": p.name, "node_index": idx,
+                          "type": rng.choice(CONDITIONS), "status": "True",
+                          "fixed_by": rng.choice(["restart", "reimage", "replace"])})
     if rng.random() < 0.3:
         p = rng.choice(managed)
         idx = rng.randrange(p.count)
@@ -262,8 +278,8 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> S
     faults = _fault_rules(rng, clusters=clusters, window=span + 200)
     hosts = 2 if rng.random() < 0.35 else 1
     crashes = []
-    for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):
-        crashes.append(Crash(host=rng.randrange(hosts), write=rng.randint(1, 40), when=rng.choice(["before", "after"])))
+    for _ in range(rng.choice([0, 1, 1, 2, 3, 4])):
+        crashes.append(Crash(host=rng.randrange(hosts), write=rng.randint(1, 60), when=rng.choice(["before", "after"])))
 
     last = max([f["at"] for f in flips] + [f["start"] + f["period_s"] * f["flips"] for f in flapping] + [grace])
     quiet_after = last + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60

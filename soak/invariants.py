@@ -353,7 +353,11 @@ def check_app_errors(evidence: Evidence) -> list[Violation]:
 def check_liveness(evidence: Evidence) -> list[Violation]:
     configured = set(str(evidence.scenario.profile.get("REMEDIATION_CONDITIONS",
                                                        "UnhealthyNvidiaDevicePlugin,UnhealthyNvidiaDCGMServices")).split(","))
-    flips = [f for f in evidence.scenario.flips if f["type"] in configured]
+    managed = {(p.cluster, p.name) for p in evidence.scenario.pools if p.managed}
+    cleared = {(f["cluster"], f["pool"], f["node_index"], f["type"]) for f in evidence.scenario.flips
+               if f.get("status") == "False"}
+    flips = [f for f in evidence.scenario.flips if f["type"] in configured and f.get("status", "True") == "True"
+             and (f["cluster"], f["pool"]) in managed and (f["cluster"], f["pool"], f["node_index"], f["type"]) not in cleared]
     reported = [e for e in evidence.published if e.get("type") == "Steward.GpuNode.Unhealthy"]
     if flips and not reported and not evidence.records.get("remediation"):
         return [Violation("liveness", f"{len(flips)} configured condition(s) turned True and the app reported none")]
