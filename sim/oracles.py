@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from sim.model import Cluster, Fleet, Node, Pod
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# POST actions that only read (ARM's list* actions hand out credentials or keys and change nothing).
+READ_ACTIONS = ("/listclusterusercredential", "/listclusteradmincredential", "/listclustermonitoringusercredential")
+
+
+def is_write(method: str, route: str) -> bool:
+    """Whether a request changes anything: a write method that is not a read-only action."""
+    return method.upper() in WRITE_METHODS and not route.lower().endswith(READ_ACTIONS)
 _MAX_SAMPLES = 5000
 _MAX_TERMINATIONS = 20000
 
@@ -78,7 +85,7 @@ class Oracles:
             self.requests[f"{method} {route}"] += 1
             per = self.requests_by_service.setdefault(service, Counter())
             per["total"] += 1
-            per["writes" if method.upper() in WRITE_METHODS else "reads"] += 1
+            per["writes" if is_write(method, route) else "reads"] += 1
             per[f"{method} {route}"] += 1
             if status >= 400:
                 per[f"status_{status}"] += 1

@@ -117,10 +117,14 @@ def test_requests_are_counted_per_service_route_and_kind() -> None:
         req = Request("GET", path, Headers({"Authorization": f"Bearer {token}"}))
         fleet.oracles.record_request(service="kube", method="GET", route=api.route(req), status=api.handle(req).status)
     fleet.oracles.record_request(service="arm", method="PUT", route="/subscriptions/{}/x", status=201)
+    fleet.oracles.record_request(service="arm", method="POST", status=200,
+                                 route="/subscriptions/{}/resourceGroups/{}/providers/Microsoft.ContainerService"
+                                       "/managedClusters/{}/listClusterUserCredential")
     report = fleet.oracles.report()
     assert report["requests"]["GET /k8s/{}/api/v1/nodes"] == 2
     assert report["requests_by_service"]["kube"]["reads"] == 2
-    assert report["requests_by_service"]["arm"]["writes"] == 1
+    assert report["requests_by_service"]["arm"]["writes"] == 1  # listing credentials is a read
+    assert report["requests_by_service"]["arm"]["reads"] == 1
 
 
 def test_route_templates_hide_names() -> None:
