@@ -69,6 +69,7 @@ class RunLog:
     reconciles: int = 0
     ended_at: float = 0.0
     end_reason: str = ""
+    unfinished: int = 0  # records still active when the wall-clock budget ran out
     wall_by_phase: dict[str, float] = field(default_factory=dict)
 
     def timed(self, phase: str, started: float) -> None:
@@ -228,18 +229,24 @@ class InProcessRun:
 
     # ------------------------------------------------------------------ the loop
 
-    def _next_due(self) -> tuple[float | None, int]:
-        """Earliest ``next_at`` of an active record (or None), and how many records are active."""
+    def _next_due(self) -> tuple[float | None, int, float]:
+        """Earliest ``next_at`` of an active record (or None), how many are active, and their latest deadline."""
         from shared import migration, pool_creation, remediation
+        from soak.invariants import migration_deadline, remediation_deadline
 
         earliest: float | None = None
         active = 0
+        latest_deadline = 0.0
+        deadlines = {remediation.KIND: remediation_deadline, migration.KIND: migration_deadline}
         for module in (remediation, migration, pool_creation):
             for record in self.raw_ledger.list(module.KIND, states=sorted(module.ACTIVE_STATES)):
                 active += 1
                 due = max(record.next_at, record.lease_until if record.owner else 0.0)
                 earliest = due if earliest is None else min(earliest, due)
-        return earliest, active
+                deadline = deadlines.get(module.KIND)
+                if deadline is not None:
+                    latest_deadline = max(latest_deadline, deadline(record, self.scenario.profile))
+        return earliest, active, latest_deadline
 
     def run(self) -> RunLog:
         from shared import clock as clocks
@@ -281,18 +288,21 @@ class InProcessRun:
                 self.sampler.sample(self.sim.state())
                 self.log.timed("sampling", started)
                 started = time.monotonic()
-                earliest, active = self._next_due()
+                earliest, active, latest_deadline = self._next_due()
                 self.log.timed("ledger scan", started)
                 now = self.clock.now()
                 if elapsed >= self.scenario.quiet_after_s and active == 0 and not self.restarts and (
                         not self.migrating or elapsed >= self.scenario.quiet_after_s + 2 * PLANNER_EVERY_S):
                     self.log.end_reason = "quiet: no active record"
                     break
-                if elapsed >= self.scenario.horizon_s:
-                    self.log.end_reason = f"horizon ({self.scenario.horizon_s:.0f} s) reached with {active} active"
+                # Past the horizon, a run goes on while an active record is within its deadline: it
+                # ends either finished or with a record that is stuck by definition.
+                if elapsed >= self.scenario.horizon_s and (now > latest_deadline or elapsed >= 4 * self.scenario.horizon_s):
+                    self.log.end_reason = f"horizon ({elapsed:.0f} s) reached with {active} active"
                     break
                 if time.monotonic() > wall_end:
                     self.log.end_reason = f"wall-clock budget ({self.wall_budget_s:.0f} s) spent with {active} active"
+                    self.log.unfinished = active
                     break
                 wake = [now + MAX_STEP_S]
                 for h in self.hosts:

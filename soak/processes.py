@@ -101,6 +101,7 @@ class ProcessRun:
                 stack.stop_hosts()
             from soak.audit import kube_nodes
 
+            client.control("DELETE", "/faults")  # the auditor's own reads must not meet the scenario's faults
             oracles = client.oracles()
             evidence = Evidence(scenario=scenario, oracles=oracles, state=client.state(),
                                 nodes={str(c["name"]): kube_nodes(client, c) for c in sim.endpoints["clusters"]},

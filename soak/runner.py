@@ -96,6 +96,7 @@ def _evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list[Any]]
               app_errors: list[str], now: float) -> tuple[Evidence, dict[str, Any]]:
     from soak.audit import kube_nodes
 
+    sim.control("DELETE", "/faults")  # the auditor's own reads must not meet the scenario's faults
     oracles = sim.oracles()
     state = sim.state()
     nodes = {str(c["name"]): kube_nodes(sim, c) for c in sim.endpoints["clusters"]}
@@ -150,6 +151,9 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
             result.end_reason = log_.end_reason
             result.sim_s = log_.ended_at
             result.faults["app crash between steps"] += len(log_.crashes)
+            if log_.unfinished:
+                result.error = (f"the run's wall-clock budget ran out with {log_.unfinished} record(s) active, "
+                                "before their deadlines: rerun with a larger --wall-budget")
             if scenario.hosts > 1:
                 result.faults["two hosts at once"] += 1
         for fired in oracles.get("faults_fired") or []:

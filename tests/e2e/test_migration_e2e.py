@@ -683,6 +683,8 @@ def test_the_crash_drill_killed_the_host_at_every_chosen_point_and_no_workload_w
     for cluster, record in crash_run.records.items():
         start = record.created_at
         print(cluster, *[f"{h['at'] - start:6.0f} {h['state']:<12} {h['note']}" for h in record.history], sep="\n  ")
+    print("ARM writes (uninterrupted: 3 surge with the autoscaler frozen + 4 rolling = 7):",
+          json.dumps(_arm_writes(crash_run.oracles), indent=1))
     missed = [p.label for p in crash_run.points if not p.hit]
     assert not missed, f"kill points never reached: {missed}"
     oracles = crash_run.oracles
