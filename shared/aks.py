@@ -61,6 +61,24 @@ def parse_cluster_id(cluster_id: str) -> tuple[str, str, str]:
     return match["sub"], match["rg"], match["name"]
 
 
+# --------------------------------------------------------------------------- clients
+
+
+def arm_client_options(settings: Settings) -> dict[str, Any]:
+    """Options every ARM management client gets: our endpoint and audience, our CA bundle, and no
+    retries of its own (shared.retry decides what is worth retrying, honouring Retry-After)."""
+    options: dict[str, Any] = {
+        "base_url": settings.arm_endpoint,
+        "credential_scopes": [settings.arm_scope],
+        "retry_total": 0,
+        "connection_timeout": 10,
+        "read_timeout": 60,
+    }
+    if settings.ca_bundle:
+        options["connection_verify"] = settings.ca_bundle
+    return options
+
+
 # --------------------------------------------------------------------------- error mapping
 
 
@@ -219,15 +237,7 @@ class AksClient:
             if client is None:
                 from azure.mgmt.containerservice import ContainerServiceClient
 
-                options: dict[str, Any] = {
-                    "base_url": self._settings.arm_endpoint,
-                    "credential_scopes": [self._settings.arm_scope],
-                    "retry_total": 0,
-                    "connection_timeout": 10,
-                    "read_timeout": 60,
-                }
-                if self._settings.ca_bundle:
-                    options["connection_verify"] = self._settings.ca_bundle
+                options = arm_client_options(self._settings)
                 if preview:
                     options["api_version"] = PREVIEW_API_VERSION
                 client = ContainerServiceClient(self._credential, subscription, **options)

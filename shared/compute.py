@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared import retry
-from shared.aks import call_arm
+from shared.aks import arm_client_options, call_arm
 from shared.errors import Invalid
 from shared.permissions import requires_arm
 
@@ -60,16 +60,7 @@ class ComputeClient:
             if client is None:
                 from azure.mgmt.compute import ComputeManagementClient
 
-                options: dict[str, Any] = {
-                    "base_url": self._settings.arm_endpoint,
-                    "credential_scopes": [self._settings.arm_scope],
-                    "retry_total": 0,
-                    "connection_timeout": 10,
-                    "read_timeout": 60,
-                }
-                if self._settings.ca_bundle:
-                    options["connection_verify"] = self._settings.ca_bundle
-                client = ComputeManagementClient(self._credential, subscription, **options)
+                client = ComputeManagementClient(self._credential, subscription, **arm_client_options(self._settings))
                 self._clients[subscription.lower()] = client
             return client
 
