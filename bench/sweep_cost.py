@@ -38,6 +38,9 @@ GPU_SELECTOR = "kubernetes.azure.com/accelerator=nvidia"
 AKS_SERVER_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
 MIB = 1024 * 1024
 SAMPLE_CLUSTERS = 5
+# _STEADY: the simulated fleet was created moments before it is swept, so with the default startup grace
+# every node would be skipped as "starting" and the evaluation would never look at a condition. The
+# sweep is measured as it runs on a fleet in its steady state: no startup grace.
 
 
 def _fleet(scale: Scale, nodes: int) -> dict[str, Any]:
@@ -71,7 +74,7 @@ class _Clients:
         from shared import sweep
         from shared.remediation_policy import RemediationPolicy
 
-        policy = RemediationPolicy(page_size=self.page_size)
+        policy = RemediationPolicy(page_size=self.page_size, startup_grace_s=0)  # see _STEADY
         report = sweep.SweepReport()
         observations: dict[str, float] = {}
         clock = SimpleNamespace(now=time.time)
@@ -131,7 +134,7 @@ def decode_ours(pages: list[bytes]) -> int:
     from shared.kube import decode_node_list
     from shared.remediation_policy import RemediationPolicy
 
-    policy, now, seen = RemediationPolicy(), time.time(), 0
+    policy, now, seen = RemediationPolicy(startup_grace_s=0), time.time(), 0  # see _STEADY
     for data in pages:
         nodes, _ = decode_node_list(data)
         seen += len(nodes)

@@ -91,6 +91,7 @@ def skip_reason(node: NodeView, *, now: float, policy: RemediationPolicy) -> str
 def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy) -> Evaluation:
     """Sort ``nodes`` into buckets; ``next_check`` is the earliest time a pending finding crosses."""
     out = Evaluation()
+    thresholds = [(type_, policy.threshold_for(type_)) for type_ in policy.conditions]  # once, not per node
     for node in nodes:
         reason = skip_reason(node, now=now, policy=policy)
         if reason is not None:
@@ -101,7 +102,7 @@ def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy
         over: list[Finding] = []
         under: list[Finding] = []
         missing: list[str] = []
-        for type_ in policy.conditions:
+        for type_, threshold in thresholds:
             cond = node.condition(type_)
             if cond is None or cond.status not in ("True", "False"):
                 missing.append(type_)
@@ -111,8 +112,10 @@ def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy
             if cond.last_transition is None:
                 missing.append(type_)  # True without a transition time cannot be debounced
                 continue
-            finding = Finding(node=node, condition=type_, since=cond.last_transition)
-            crosses = cond.last_transition + policy.threshold_for(type_)
+            # a plain float: a decoded transition time is a ports.Epoch, which msgspec cannot store
+            since = float(cond.last_transition)
+            finding = Finding(node=node, condition=type_, since=since)
+            crosses = since + threshold
             if now >= crosses:
                 over.append(finding)
             else:

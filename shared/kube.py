@@ -9,7 +9,10 @@ Why it is built this way:
 - **Hot reads** (the health sweep lists every GPU node of the fleet; drains list pods) skip the
   kubernetes client's model classes entirely: the raw JSON (``_preload_content=False``) is decoded
   by msgspec into small structs holding only the fields decisions need, one page (``limit`` /
-  ``continue``) at a time, so CPU stays low and memory is bounded by the page size.
+  ``continue``) at a time, so CPU stays low and memory is bounded by the page size. Node pages go
+  further (the sweep reads every GPU node every minute): they are fetched with a plain GET through
+  the client's own connection pool, decoded straight into the views' conditions and taints, with
+  transition times parsed once per distinct timestamp, and each page is let go before the next.
 - **Writes** go through the kubernetes client (strategic-merge patches, the Eviction API, events,
   leases, Jobs and Karpenter custom objects). Pods are only ever removed through the Eviction API.
 - Errors are translated at the edge into shared.errors; each method declares the exact Kubernetes
@@ -29,13 +32,14 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlencode
 
 import msgspec
 
 from shared import retry
 from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
 from shared.permissions import requires_kube
-from shared.ports import Condition, EvictionResult, NodeView, OwnerRef, PodView, Taint
+from shared.ports import Condition, Epoch, EvictionResult, NodeView, OwnerRef, PodView, Taint
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -72,46 +76,87 @@ class _Meta(msgspec.Struct, rename="camel", gc=False):
     owner_references: list[_Owner] | None = None
 
 
+class _ListMeta(msgspec.Struct, rename="camel", gc=False):
+    continue_: str | None = msgspec.field(default=None, name="continue")
+    resource_version: str = ""
+
+
+# Nodes are decoded in two ways. The fast one (every list page of the sweep) lets msgspec build the
+# views' conditions and taints itself: ``ports.Condition`` and ``ports.Taint`` are the wire shapes, and
+# ``lastTransitionTime`` arrives as an ``Epoch`` through ``_dec_hook`` (a small cache of parsed
+# timestamps: the conditions of a node, and the nodes of a pool, share most of theirs). It is strict:
+# a null ``reason``, ``message`` or taint ``value`` fails it, and the page is decoded again the
+# tolerant way (Optional fields converted in Python), so odd API servers cost time, never a sweep.
+
+
+class _NodeMeta(msgspec.Struct, rename="camel", gc=False):
+    name: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creation_timestamp: Epoch | None = None
+    deletion_timestamp: Epoch | None = None
+
+
+class _NodeSpec(msgspec.Struct, gc=False):
+    unschedulable: bool | None = None
+    taints: tuple[Taint, ...] | None = None
+    provider_id: str | None = msgspec.field(default=None, name="providerID")
+
+
+class _NodeStatus(msgspec.Struct, gc=False):
+    conditions: tuple[Condition, ...] | None = None
+    allocatable: dict[str, str] | None = None
+    capacity: dict[str, str] | None = None
+
+
+class _Node(msgspec.Struct, gc=False):
+    metadata: _NodeMeta = msgspec.field(default_factory=_NodeMeta)
+    spec: _NodeSpec = msgspec.field(default_factory=_NodeSpec)
+    status: _NodeStatus = msgspec.field(default_factory=_NodeStatus)
+
+
+class _NodeList(msgspec.Struct, gc=False):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[_Node] | None = None
+
+
 class _Taint(msgspec.Struct, gc=False):
     key: str = ""
     effect: str = ""
     value: str | None = None
 
 
-class _NodeSpec(msgspec.Struct, gc=False):
+class _Condition(msgspec.Struct, rename="camel", gc=False):
+    type: str = ""
+    status: str = ""
+    last_transition_time: Epoch | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class _TolerantNodeSpec(msgspec.Struct, gc=False):
     unschedulable: bool | None = None
     taints: list[_Taint] | None = None
     provider_id: str | None = msgspec.field(default=None, name="providerID")
 
 
-class _Condition(msgspec.Struct, rename="camel", gc=False):
-    type: str = ""
-    status: str = ""
-    last_transition_time: datetime | None = None
-    reason: str | None = None
-    message: str | None = None
-
-
-class _NodeStatus(msgspec.Struct, gc=False):
+class _TolerantNodeStatus(msgspec.Struct, gc=False):
     conditions: list[_Condition] | None = None
     allocatable: dict[str, str] | None = None
     capacity: dict[str, str] | None = None
 
 
-class _Node(msgspec.Struct, gc=False):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-    spec: _NodeSpec = msgspec.field(default_factory=_NodeSpec)
-    status: _NodeStatus = msgspec.field(default_factory=_NodeStatus)
+class _TolerantNode(msgspec.Struct, gc=False):
+    metadata: _NodeMeta = msgspec.field(default_factory=_NodeMeta)
+    spec: _TolerantNodeSpec = msgspec.field(default_factory=_TolerantNodeSpec)
+    status: _TolerantNodeStatus = msgspec.field(default_factory=_TolerantNodeStatus)
 
 
-class _ListMeta(msgspec.Struct, rename="camel", gc=False):
-    continue_: str | None = msgspec.field(default=None, name="continue")
-    resource_version: str = ""
-
-
-class _NodeList(msgspec.Struct, gc=False):
+class _TolerantNodeList(msgspec.Struct, gc=False):
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
-    items: list[_Node] | None = None
+    items: list[_TolerantNode] | None = None
 
 
 class _Resources(msgspec.Struct, gc=False):
@@ -152,8 +197,33 @@ class _PodList(msgspec.Struct, gc=False):
     items: list[_Pod] | None = None
 
 
-_node_decoder = msgspec.json.Decoder(_Node)
-_node_list_decoder = msgspec.json.Decoder(_NodeList)
+_EPOCH_CACHE_MAX = 4096
+_epochs: dict[str, Epoch] = {}
+
+
+def _parse_epoch(text: str) -> Epoch:
+    """``text`` (RFC 3339, parsed as msgspec parses datetimes) as epoch seconds, remembered."""
+    if not isinstance(text, str):
+        raise NotImplementedError  # msgspec then reports the type error with its path
+    value = Epoch(msgspec.convert(text, datetime).timestamp())
+    if len(_epochs) >= _EPOCH_CACHE_MAX:
+        _epochs.clear()  # a crude bound: the next pages re-fill what they use
+    _epochs[text] = value
+    return value
+
+
+def _dec_hook(type_: type, obj: Any, _cached: Callable[[str], Epoch | None] = _epochs.get) -> Any:
+    """msgspec's hook for the only custom type of the node decoders (``Epoch``): one lookup when cached.
+
+    This runs for every condition of every node, so it is as short as it can be.
+    """
+    return _cached(obj) or _parse_epoch(obj)
+
+
+_node_decoder = msgspec.json.Decoder(_Node, dec_hook=_dec_hook)
+_node_list_decoder = msgspec.json.Decoder(_NodeList, dec_hook=_dec_hook)
+_tolerant_node_decoder = msgspec.json.Decoder(_TolerantNode, dec_hook=_dec_hook)
+_tolerant_node_list_decoder = msgspec.json.Decoder(_TolerantNodeList, dec_hook=_dec_hook)
 _pod_decoder = msgspec.json.Decoder(_Pod)
 _pod_list_decoder = msgspec.json.Decoder(_PodList)
 
@@ -164,25 +234,35 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def node_view(node: _Node) -> NodeView:
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _conditions(items: tuple[Condition, ...] | list[_Condition] | None) -> tuple[Condition, ...]:
+    if not items:
+        return ()
+    if type(items) is tuple:
+        return items  # decoded as the view's own conditions
+    return tuple(Condition(c.type, c.status, c.last_transition_time, c.reason or "", c.message or "")
+                 for c in items)  # type: ignore[union-attr]
+
+
+def _taints(items: tuple[Taint, ...] | list[_Taint] | None) -> tuple[Taint, ...]:
+    if not items:
+        return ()
+    if type(items) is tuple:
+        return items  # decoded as the view's own taints
+    return tuple(Taint(t.key, t.effect, t.value or "") for t in items)  # type: ignore[union-attr]
+
+
+def node_view(node: _Node | _TolerantNode) -> NodeView:
     meta, spec, status = node.metadata, node.spec, node.status
+    created = meta.creation_timestamp
     return NodeView(
-        name=meta.name,
-        uid=meta.uid,
-        resource_version=meta.resource_version,
-        labels=meta.labels or {},
-        annotations=meta.annotations or {},
-        unschedulable=bool(spec.unschedulable),
-        taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in spec.taints or ()),
-        conditions=tuple(
-            Condition(type=c.type, status=c.status, last_transition=_ts(c.last_transition_time),
-                      reason=c.reason or "", message=c.message or "")
-            for c in status.conditions or ()),
-        allocatable=status.allocatable or {},
-        capacity=status.capacity or {},
-        created=_ts(meta.creation_timestamp) or 0.0,
-        provider_id=spec.provider_id or "",
-        deletion_timestamp=_ts(meta.deletion_timestamp),
+        meta.name, meta.uid, meta.resource_version, meta.labels or {}, meta.annotations or {},
+        bool(spec.unschedulable), _taints(spec.taints), _conditions(status.conditions),
+        status.allocatable or {}, status.capacity or {}, float(created) if created else 0.0,
+        spec.provider_id or "", _float(meta.deletion_timestamp),
     )
 
 
@@ -209,12 +289,18 @@ def pod_view(pod: _Pod) -> PodView:
 
 
 def decode_node(data: bytes) -> NodeView:
-    return node_view(_node_decoder.decode(data))
+    try:
+        return node_view(_node_decoder.decode(data))
+    except msgspec.ValidationError:
+        return node_view(_tolerant_node_decoder.decode(data))
 
 
 def decode_node_list(data: bytes) -> tuple[list[NodeView], str]:
     """The nodes of one list page and the ``continue`` token ("" on the last page)."""
-    page = _node_list_decoder.decode(data)
+    try:
+        page: _NodeList | _TolerantNodeList = _node_list_decoder.decode(data)
+    except msgspec.ValidationError:
+        page = _tolerant_node_list_decoder.decode(data)
     return [node_view(n) for n in page.items or ()], page.metadata.continue_ or ""
 
 
@@ -450,6 +536,7 @@ class KubeClient:
     def __init__(self, kubeconfig: bytes, credential: TokenCredential, *, server_app_id: str,
                  ca_bundle: str = "", clock: Clock | None = None, cluster_id: str = "",
                  retry_attempts: int = 4, retry_max_delay: float = 30.0) -> None:
+        import urllib3
         from kubernetes import client as k8s
 
         server, ca, insecure = server_and_ca(kubeconfig)
@@ -480,6 +567,7 @@ class KubeClient:
         self._core = k8s.CoreV1Api(self._api)
         self._policy = k8s.PolicyV1Api(self._api)
         self._custom = k8s.CustomObjectsApi(self._api)
+        self._http_timeout = urllib3.Timeout(connect=_TIMEOUT[0], read=_TIMEOUT[1])
 
     # -- plumbing
 
@@ -512,20 +600,38 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
+    def _get_json(self, path: str, query: Mapping[str, str | int | None]) -> bytes:
+        """GET a JSON body through the client's own urllib3 pool, skipping its request machinery.
+
+        Same connection pool (TLS settings, proxy, keep-alive), same bearer token, same errors (an
+        ``ApiException`` for a non-2xx answer): only the per-call validation and header building of
+        the generated API class is skipped, which at small pages costs more than decoding them.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        params = urlencode({k: v for k, v in query.items() if v is not None and v != ""})
+        response = self._api.rest_client.pool_manager.request(
+            "GET", f"{self.server}{path}?{params}" if params else f"{self.server}{path}",
+            headers={"Accept": "application/json", "User-Agent": self._api.user_agent,
+                     "Authorization": f"Bearer {self._tokens.get()}"},
+            timeout=self._http_timeout, preload_content=True)
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return response.data or b""
+
     # -- nodes
 
     @requires_kube("", "nodes", "list")
     def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]:
+        """GPU nodes one page at a time; a page is released before the next one is fetched."""
+        what = f"list nodes of {self.cluster_id or self.server}"
         token = ""
         while True:
-            def fetch(page_token: str = token) -> bytes:
-                response = self._core.list_node(
-                    label_selector=label_selector or None, limit=page_size, _continue=page_token or None,
-                    _preload_content=False, _request_timeout=_TIMEOUT)
-                return self._body(response)
-
-            nodes, token = decode_node_list(self._run(fetch, what=f"list nodes of {self.cluster_id or self.server}"))
-            yield from nodes
+            query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
+            nodes, token = decode_node_list(self._run(lambda q=query: self._get_json("/api/v1/nodes", q), what=what))
+            nodes.reverse()
+            while nodes:  # hand each node over and forget it, so that only the consumer keeps the page
+                yield nodes.pop()
             if not token:
                 return
 

@@ -10,7 +10,13 @@ crash does nothing twice. States and events are documented in docs/migration.md.
 
 ``run_planner`` (the timer) turns the plan of :mod:`shared.migration_plan` into records: the record
 id is derived from (cluster, pool), so create-if-absent guarantees one migration per pool even when
-two hosts plan at once.
+two hosts plan at once. It then takes each new record's first step itself, with the cluster's
+Kubernetes client already built, rather than leaving it to the reconciler's next tick: the record's
+clock starts when the app is ready to act on it.
+
+Per-node reads and writes (pod listings, cordons, evictions) go out a few at a time
+(:func:`_concurrently`), because a step's length is what the critical path pays for; each is still
+one idempotent call, so a step cut short by a crash is simply taken again.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -46,6 +53,10 @@ MAX_CHAINED_SUBSTEPS = 4
 POOL_LABEL = "kubernetes.azure.com/agentpool"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 QUOTA_CODES = ("QuotaExceeded", "InsufficientVCPUQuota", "ErrCode_InsufficientVCPUQuota")
+PER_NODE_WORKERS = 8  # per-node API calls in flight at once (below the Kubernetes client's connection pool)
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -120,6 +131,22 @@ def _window(ctx: Context, record: Record, *, now: float, policy: MigrationPolicy
         return None
     until = next_open if next_open is not None else now + 3600.0
     return _wait(record, now=now, until=until, why=f"paused between steps: {why}")
+
+
+def _concurrently(fn: Callable[[_T], _R], items: Sequence[_T], *, workers: int = PER_NODE_WORKERS) -> list[_R]:
+    """``[fn(i) for i in items]`` with up to ``workers`` calls in flight; every call ends before it returns.
+
+    The first error is raised once all calls are done (the step is then retried from what it re-observes).
+    """
+    if len(items) <= 1 or workers <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="migration") as pool:
+        futures = [pool.submit(fn, i) for i in items]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
+    return [f.result() for f in futures]
 
 
 def _pool_nodes(kube: KubePort, pool: str) -> list[NodeView]:
@@ -288,7 +315,7 @@ def _body_taints(body: Mapping[str, Any]) -> list[Taint]:
 def _old_pods(kube: KubePort, nodes: Sequence[NodeView]) -> list[PodView]:
     from shared import drain
 
-    pods = [p for n in nodes for p in _workload_pods(kube, n.name)]
+    pods = [p for found in _concurrently(lambda n: _workload_pods(kube, n.name), nodes) for p in found]
     return [p for p in pods if drain.skip_terminating(p).delete]
 
 
@@ -334,23 +361,50 @@ def record_for(item: PlanItem, *, now: float) -> Record:
                   updated_at=now, history=[{"at": now, "state": "planned", "note": item.strategy_reason}])
 
 
-def run_planner(ctx: Context) -> Plan:
-    """The timer: plan, then record each planned item (create-if-absent) when migrations are enabled."""
+def _warm_clients(ctx: Context, plan: Plan) -> None:
+    """Build the Kubernetes clients the first steps will need (a cold worker imports the client here).
+
+    Best effort: a cluster whose client cannot be built now is left to the step, which reports why.
+    """
+    for cluster_id in sorted({item.cluster_id for item in plan.items}):
+        try:
+            ctx.access.kube(cluster_id)
+        except StewardError as exc:
+            log.info("Kubernetes client of %s not built ahead of its migration: %s", cluster_id, exc)
+
+
+def run_planner(ctx: Context, *, start: bool = True) -> Plan:
+    """The timer: plan, then record each planned item (create-if-absent) when migrations are enabled.
+
+    With ``start`` (the timer's default) each record this call created is advanced at once, through
+    the reconciler's claim (so never by two instances), instead of waiting for the reconciler's tick.
+    """
     plan = observe_plan(ctx)
     policy = _policy(ctx)
     if not policy.enabled or getattr(ctx.settings, "paused", False):
         log.info("migration plan (not started: %s): %d items, %d skipped",
                  "STEWARD_PAUSED" if policy.enabled else "MIGRATION_ENABLED=false", len(plan.items), len(plan.skipped))
         return plan
+    if start and plan.items:
+        _warm_clients(ctx, plan)
     now = ctx.clock.now()
+    created_records: list[Record] = []
     for item in plan.items:
         try:
             created = ctx.ledger.create(record_for(item, now=now))
         except Conflict:
             log.info("migration %s already recorded by another instance", item.record_id)
             continue
+        created_records.append(created)
         _publish(ctx, created, "Planned", order=item.order, vm_size=item.vm_size, node_count=item.node_count,
                  strategy_reason=item.strategy_reason)
+    if start and created_records:
+        from shared.reconciler import ReconcileReport, advance_record
+
+        report = ReconcileReport()
+        for created in created_records:
+            advance_record(created, ctx, report=report, advance=advance, active=ACTIVE_STATES)
+        log.info("migrations started by the planner: %s", report.advanced or "none (another instance has them)")
     return plan
 
 
@@ -510,12 +564,8 @@ def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationP
                      now=now, until=now + policy.poll_interval_s, why="turning the old pool's autoscaler off")
     kube = ctx.access.kube(cluster_id)
     nodes = _pool_nodes(kube, pool)
-    ours: list[str] = []
-    for node in nodes:
-        if not node.unschedulable:
-            node = _cordon(kube, node, record)
-        if _ours(node, record):
-            ours.append(node.name)
+    seen = _concurrently(lambda n: n if n.unschedulable else _cordon(kube, n, record), nodes)
+    ours = [node.name for node in seen if _ours(node, record)]
     data = {"cordoned": ours, "nodes_total": len(nodes), "phase": "drain", "batch": []}
     moved = record.moved("draining", at=now, note=f"cordoned {len(ours)} of {len(nodes)} old nodes", **{**data, "waiting": ""})
     moved = msgspec.structs.replace(moved, data={**moved.data, "progress": _progress(moved)})
@@ -526,8 +576,11 @@ def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationP
 def _drain_policy(policy: MigrationPolicy) -> Any:
     from shared.remediation_policy import RemediationPolicy
 
+    # A PDB's 429 carries no Retry-After; the budget frees up when a replacement pod turns Ready, which
+    # the next poll can see, so a refused eviction is asked again at the poll interval (at most 5 s).
+    poll = min(policy.poll_interval_s, 20)
     return RemediationPolicy(drain_timeout_s=policy.drain_timeout_s, empty_dir="evict", unmanaged_pods="refuse",
-                             eviction_retry_s=5.0, poll_s=min(policy.poll_interval_s, 20))
+                             eviction_retry_s=min(5.0, poll), poll_s=poll)
 
 
 def drain_nodes(ctx: Context, record: Record, nodes: Sequence[str], *, now: float,
@@ -544,18 +597,34 @@ def drain_nodes(ctx: Context, record: Record, nodes: Sequence[str], *, now: floa
     outcomes: list[str] = []
     wakes: list[float] = []
     messages: list[str] = []
-    for name in nodes:
+    names = list(nodes)
+    listed = _concurrently(lambda n: kube.list_pods(node_name=n), names)
+    stepped: dict[str, tuple[Any, Any, list[Any]]] = {}
+    todo: list[tuple[str, Any]] = []
+    for name, pods in zip(names, listed, strict=True):
         previous = drain.DrainState.from_data(states.get(name))
-        pods = kube.list_pods(node_name=name)
         state, actions = drain.drain_step(node=name, pods=pods, previous=previous, now=now, policy=dpolicy)
-        by_uid = {p.uid: p for p in pods}
-        for action in actions:
-            result = kube.evict(action.namespace, action.name, grace_period_seconds=action.grace_period_seconds)
-            pod = by_uid.get(action.uid)
-            state = drain.record_eviction(state, action, result, now=now,
-                                          grace=pod.grace_period_seconds if pod else None, policy=dpolicy)
-        if actions and previous.started_at is None:
-            _node_event(kube, name, record, "MigrationDraining", f"evicting {len(actions)} pods (Eviction API, PDBs respected)")
+        stepped[name] = (previous, state, pods)
+        todo += [(name, a) for a in actions]
+    # The batch's evictions all go out together, longest grace period first across the batch.
+    graces = {p.uid: 30 if p.grace_period_seconds is None else p.grace_period_seconds
+              for _, _, pods in stepped.values() for p in pods}
+    todo.sort(key=lambda item: -graces.get(item[1].uid, 0))
+    answers = drain.evict_all(lambda a: kube.evict(a.namespace, a.name, grace_period_seconds=a.grace_period_seconds),
+                              [a for _, a in todo])
+    sent: dict[str, int] = {}
+    for (name, _), (action, result) in zip(todo, answers, strict=True):
+        previous, state, pods = stepped[name]
+        pod = next((p for p in pods if p.uid == action.uid), None)
+        state = drain.record_eviction(state, action, result, now=now,
+                                      grace=pod.grace_period_seconds if pod else None, policy=dpolicy)
+        stepped[name] = (previous, state, pods)
+        sent[name] = sent.get(name, 0) + 1
+    started = [n for n in names if sent.get(n) and stepped[n][0].started_at is None]
+    _concurrently(lambda n: _node_event(kube, n, record, "MigrationDraining",
+                                        f"evicting {sent[n]} pods (Eviction API, PDBs respected)"), started)
+    for name in names:
+        state = stepped[name][1]
         states[name] = state.to_data()
         outcomes.append(state.outcome)
         if state.wake_at is not None:
@@ -628,8 +697,8 @@ def _drain_phase(ctx: Context, record: Record, now: float, policy: MigrationPoli
         record = msgspec.structs.replace(record, data={**data, "progress": _progress(record)})
         return _wait(record, now=now, until=max(now, wake), why="draining " + ", ".join(batch)
                      + (f" ({messages[0]})" if messages else ""))
-    for name in batch:
-        _node_event(kube, name, record, "MigrationDrained", "no workload pod left on the node")
+    _concurrently(lambda name: _node_event(kube, name, record, "MigrationDrained", "no workload pod left on the node"),
+                  batch)
     drained = sorted(set(drained) | set(batch))
     remaining = [n for n in present if n not in drained]
     rolling = record.data.get("strategy") == "rolling" and remaining
@@ -652,7 +721,8 @@ def _shrink_phase(ctx: Context, record: Record, now: float, policy: MigrationPol
         return _move(ctx, record, "draining", now=now, note=f"removed {', '.join(victims)} from {pool}", **data)
     if not record.data.get("shrink_sent"):
         kube = ctx.access.kube(cluster_id)
-        busy = [n for n in present if _workload_pods(kube, n)]
+        busy = [n for n, pods in zip(present, _concurrently(lambda n: _workload_pods(kube, n), present), strict=True)
+                if pods]
         if busy:  # a pod landed there since the drain: drain again rather than kill it with the VM
             data = {**record.data, "drained": [n for n in record.data.get("drained") or [] if n not in busy],
                     "phase": "drain", "shrinking": []}
@@ -736,7 +806,8 @@ def _step_deleting(ctx: Context, record: Record, now: float, policy: MigrationPo
         return waiting
     kube = ctx.access.kube(cluster_id)
     nodes = _pool_nodes(kube, pool)
-    busy = [n.name for n in nodes if _workload_pods(kube, n.name)]
+    names = [n.name for n in nodes]
+    busy = [n for n, pods in zip(names, _concurrently(lambda n: _workload_pods(kube, n), names), strict=True) if pods]
     if busy:  # re-checked right before the DELETE: never delete a pool that still runs workload pods
         data = {**record.data, "drained": [n for n in record.data.get("drained") or [] if n not in busy],
                 "phase": "drain", "batch": []}
@@ -775,7 +846,9 @@ def _step_rolling_back(ctx: Context, record: Record, now: float, policy: Migrati
     for node in new_nodes:  # nothing new may land on the replacement from now on (pods being recreated included)
         if not node.unschedulable:
             _cordon(kube, node, record)
-    busy = [n.name for n in new_nodes if _workload_pods(kube, n.name)]
+    new_names = [n.name for n in new_nodes]
+    busy = [n for n, pods in zip(new_names, _concurrently(lambda n: _workload_pods(kube, n), new_names), strict=True)
+            if pods]
     if busy:  # never delete a pool that runs workload pods: move them back to the old pool first
         states, _, wake, messages = drain_nodes(ctx, record, busy, now=now, policy=policy)
         record = msgspec.structs.replace(record, data={**record.data, "drain": states})

@@ -9,22 +9,39 @@ the fields decisions need, decoded straight from JSON (msgspec) rather than thro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 # --------------------------------------------------------------------------- Kubernetes views
 
+if TYPE_CHECKING:
+    Epoch = float
+else:
 
-class Condition(msgspec.Struct, frozen=True):
+    class Epoch(float):
+        """Epoch seconds parsed from an RFC 3339 timestamp: a float in every respect but its type.
+
+        It exists so that msgspec can decode ``lastTransitionTime`` straight into :class:`Condition`
+        (a custom type gets a ``dec_hook``, see shared.kube) without a Python loop over every
+        condition of every node. msgspec cannot *encode* a float subclass: ``float(x)`` it before
+        storing it in a record (shared.health does so for ``Finding.since``).
+        """
+
+        __slots__ = ()
+
+
+class Condition(msgspec.Struct, frozen=True, gc=False, rename={"last_transition": "lastTransitionTime"}):
+    """A node condition; decoded by msgspec straight from the wire (``lastTransitionTime``)."""
+
     type: str
     status: str  # "True" | "False" | "Unknown"
-    last_transition: float | None = None  # epoch seconds, parsed from lastTransitionTime
+    last_transition: Epoch | None = None  # epoch seconds (a float; constructing with a plain float is fine)
     reason: str = ""
     message: str = ""
 
 
-class Taint(msgspec.Struct, frozen=True):
+class Taint(msgspec.Struct, frozen=True, gc=False):
     key: str
     effect: str
     value: str = ""

@@ -7,6 +7,13 @@ ETag-conditional save (owner + lease). A second instance that read the same vers
 with ``Conflict`` and moves on; a crashed owner's lease expires and another instance resumes from the
 last saved step. Each step is saved before the next one is tried, so a crash loses at most one step,
 and the step functions re-observe the world, so repeating that step is harmless.
+
+A record whose step asks to be looked at again within :data:`HOLD_S` (a pool being created, pods
+terminating) is kept claimed, and stepped again once due, rather than released and found again by a
+later invocation: listing the ledger and claiming anew would cost more than the wait, and the next
+tick may be far away. It is saved after every step all the same, and the lease is renewed with each
+save; the waits of one invocation are capped (:data:`HOLD_BUDGET_S`) so that other records get
+their turn.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ KINDS: Mapping[str, str] = {
 LEASE_S = 120.0  # longer than any single step; a crashed owner's claim expires after this
 MAX_STEPS_PER_RECORD = 25  # per invocation, while the record stays immediately actionable
 MAX_BACKOFF_S = 300.0
+HOLD_S = 5.0  # a record due again within this many seconds stays claimed and is stepped again when due
+HOLD_BUDGET_S = 20.0  # per invocation: the most (fleet) time spent waiting on held records
 
 
 @dataclass
@@ -46,6 +55,7 @@ class ReconcileReport:
     skipped_conflicts: int = 0
     errors: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)  # "kind/id -> state"
+    held_s: float = 0.0  # fleet seconds this invocation waited on held records
 
     def count(self, kind: str) -> None:
         self.advanced[kind] = self.advanced.get(kind, 0) + 1
@@ -98,7 +108,7 @@ def advance_record(record: Record, ctx: Context, *, report: ReconcileReport,
     if current is None:
         report.skipped_conflicts += 1
         return None
-    for _ in range(MAX_STEPS_PER_RECORD):
+    for taken in range(1, MAX_STEPS_PER_RECORD + 1):
         now = ctx.clock.now()
         before = current
         try:
@@ -115,9 +125,13 @@ def advance_record(record: Record, ctx: Context, *, report: ReconcileReport,
             stepped = _backoff(current, error=exc, now=now)
         stepped = msgspec.structs.replace(stepped, etag=current.etag, owner=ctx.instance)
         finished = stepped.state not in active
-        more = not finished and stepped.next_at <= ctx.clock.now() and stepped.state != before.state
-        if not more:
-            stepped = msgspec.structs.replace(stepped, lease_until=0.0)
+        after = ctx.clock.now()
+        last = taken == MAX_STEPS_PER_RECORD  # the claim is always released by the last step taken
+        more = not finished and not last and stepped.next_at <= after and stepped.state != before.state
+        wait = stepped.next_at - after
+        hold = (not finished and not last and not more and 0.0 < wait <= HOLD_S
+                and report.held_s + wait <= HOLD_BUDGET_S and "_error_streak" not in stepped.data)
+        stepped = msgspec.structs.replace(stepped, lease_until=after + LEASE_S if more or hold else 0.0)
         try:
             current = ctx.ledger.save(stepped)
         except (Conflict, NotFound):
@@ -126,6 +140,10 @@ def advance_record(record: Record, ctx: Context, *, report: ReconcileReport,
         report.count(record.kind)
         if finished:
             report.finished.append(f"{record.kind}/{record.id} -> {current.state}")
+        if hold:
+            ctx.clock.sleep(wait)
+            report.held_s += wait
+            continue
         if not more:
             break
     return current

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from shared import breaker, budget, drain, health
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled
+from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
 from shared.ports import EvictionResult, KubePort, NodeView, PoolInfo, Record
 from shared.remediation_policy import RemediationPolicy
 
@@ -600,13 +600,16 @@ def _step_draining(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
     previous = drain.DrainState.from_data(d.get("drain"))
     state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy)
     by_uid = {p.uid: p for p in pods}
-    for action in actions:
+
+    def evict(action: drain.Evict) -> EvictionResult:
         try:
-            result = kube.evict(action.namespace, action.name)
+            return kube.evict(action.namespace, action.name)
         except NotFound:
-            result = EvictionResult(outcome="gone")
+            return EvictionResult(outcome="gone")
         except Throttled as exc:
-            result = EvictionResult(outcome="blocked", message=str(exc), retry_after=exc.retry_after)
+            return EvictionResult(outcome="blocked", message=str(exc), retry_after=exc.retry_after)
+
+    for action, result in drain.evict_all(evict, actions):
         pod = by_uid.get(action.uid)
         state = drain.record_eviction(state, action, result, now=now,
                                       grace=pod.grace_period_seconds if pod else None, policy=policy)
@@ -685,23 +688,14 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
         return _step_replace(record, ctx, kube=kube, policy=policy, now=now)
     phase = d.get("rung_phase", "start")
     node = kube.get_node(d["node"])
-    if phase == "start":
+    if phase in ("start", REQUESTED):
         vm = _vm_id(ctx, node, d)
         if vm is None:
             return _next_rung(record, ctx, kube, now=now, why="the node's VMSS VM was not found")
-        compute = ctx.access.compute()
-        try:
-            (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm)
-        except Invalid as exc:
-            if _busy(exc):
-                return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
-            return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
-        except NotFound as exc:
-            return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
-        note = f"{rung} of {vm} started"
-        _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)
-        return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="wait",
-                     rung_started_at=now, vm_id=vm)
+        if phase == REQUESTED:
+            return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=int(d.get("op_seq") or 1),
+                                    requested_at=float(d.get("requested_at") or now), policy=policy, now=now)
+        return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=1, policy=policy, now=now)
     started = float(d.get("rung_started_at") or now)
     if node is not None:
         # Same VM, same name: a reimage may re-register the Node object (new uid), which counts as rebooted.
@@ -718,6 +712,116 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
     if now >= started + policy.rung_timeout(rung):
         return _next_rung(record, ctx, kube, now=now, why=f"not recovered within {policy.rung_timeout(rung)}s ({why})")
     return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting for {rung}: {why}")
+
+
+# Restart / reimage at most once per rung, across crashes. The reconciler saves a step's result only
+# after the step returns, so a host killed inside begin_restart would leave the rung at "start" and its
+# successor would restart the VM again. So before the call the step inserts an operation marker (kind
+# ``dedupe``, id ``op-<remediation>-<rung index>-<rung>-<n>``; insert-if-absent is atomic): whoever
+# finds the marker already there knows the call may have gone out, and never calls blindly. It moves to
+# ``rung_phase=requested`` and decides from the node: a reboot or reimage shows as a Ready transition
+# at or after the request time (the node controller marks a silent kubelet Unknown within its
+# node-monitor-grace-period, 40-50 s, and a GPU VM takes longer than that to boot) or as a new Node
+# uid (a reimage may re-register); that means it happened -> ``wait``. Only a node that is still the
+# same object and has stayed Ready since before the request, once the grace below has passed, is
+# positive evidence that the call never took effect: then it is issued once more, under marker n+1.
+# Anything else (node gone, not Ready, no Ready condition) is not evidence either way, so it is not
+# repeated; the rung's timeout escalates if the node does not recover.
+REQUESTED = "requested"
+
+
+def _reissue_grace(policy: RemediationPolicy) -> float:
+    """How long after a request a restart/reimage that happened must have shown on the node."""
+    return max(policy.settle_s, 2 * policy.poll_s)
+
+
+def _op_key(record: Record, rung: str, seq: int) -> str:
+    return f"op-{record.id}-{int(record.data.get('rung_index') or 0)}-{rung}-{seq}"
+
+
+def _vm_action_seen(node: NodeView | None, d: Mapping[str, Any], *, since: float) -> tuple[bool, str]:
+    """(whether the node cannot rule out a restart/reimage requested at ``since``, why)."""
+    if node is None:
+        return True, "the node is not registered (reimaging, or removed)"
+    if node.uid != d["node_uid"]:
+        return True, "the node re-registered (new uid)"
+    ready = node.condition("Ready")
+    if ready is None or ready.last_transition is None:
+        return True, "the node's Ready condition has no transition time"
+    if ready.last_transition >= since:
+        return True, f"Ready turned {ready.status} at {iso(ready.last_transition)}"
+    if ready.status != "True":
+        return True, f"the node is not Ready ({ready.status})"
+    return False, f"Ready has stayed True since {iso(ready.last_transition)}, before the request"
+
+
+def _forget_marker(ctx: Context, marker: Record) -> None:
+    """Azure answered without acting: drop the marker so the next try may call (best effort)."""
+    try:
+        ctx.ledger.delete(marker)
+    except StewardError as exc:  # the next try treats the call as uncertain: slower, still safe
+        log.info("operation marker %s not dropped: %s", marker.id, exc)
+
+
+def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, vm: str, rung: str,
+                     seq: int, policy: RemediationPolicy, now: float) -> Record:
+    """Insert the operation marker, then call begin_restart / begin_reimage (see the comment above)."""
+    d = record.data
+    key = _op_key(record, rung, seq)
+    try:
+        marker = ctx.ledger.create(Record(kind=DEDUPE_KIND, id=key, state=REQUESTED, created_at=now, updated_at=now,
+                                          data={"remediation": record.id, "rung": rung, "vm_id": vm,
+                                                "requested_at": now, "by": ctx.instance}))
+    except Conflict:
+        prior = ctx.ledger.get(DEDUPE_KIND, key)
+        at = float(prior.data.get("requested_at") or prior.created_at) if prior is not None else now
+        return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=seq, requested_at=at,
+                                policy=policy, now=now)
+    compute = ctx.access.compute()
+    try:
+        (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm)
+    except Invalid as exc:
+        _forget_marker(ctx, marker)
+        if _busy(exc):
+            return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
+        return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
+    except NotFound as exc:
+        _forget_marker(ctx, marker)
+        return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
+    except Throttled:
+        _forget_marker(ctx, marker)
+        raise
+    except Transient as exc:  # it may have reached Azure: judge by the node, never by a second call
+        return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, rung_phase=REQUESTED,
+                     requested_at=now, op_seq=seq, vm_id=vm,
+                     note=f"the {rung} call for {vm} failed in transit ({exc}): watching the node for it")
+    note = f"{rung} of {vm} started" + (f" (issued again: request {seq - 1} never took effect)" if seq > 1 else "")
+    _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)
+    return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="wait",
+                 rung_started_at=now, requested_at=now, op_seq=seq, vm_id=vm)
+
+
+def _check_requested(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, vm: str, rung: str,
+                     seq: int, requested_at: float, policy: RemediationPolicy, now: float) -> Record:
+    """A restart/reimage may have been issued at ``requested_at`` by a step whose result was lost."""
+    d = record.data
+    fields: dict[str, Any] = {"requested_at": requested_at, "op_seq": seq, "vm_id": vm}
+    seen, why = _vm_action_seen(node, d, since=requested_at)
+    if seen:
+        note = f"{rung} of {vm} requested at {iso(requested_at)} by a step that did not finish: {why}; not repeated"
+        _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)
+        return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="wait",
+                     rung_started_at=requested_at, **fields)
+    grace_end = requested_at + _reissue_grace(policy)
+    if now < grace_end:
+        note = (f"{rung} of {vm} requested at {iso(requested_at)} by a step that did not finish: "
+                f"waiting until {iso(grace_end)} for it to show ({why})")
+        next_at = min(grace_end, now + policy.poll_s)
+        if d.get("rung_phase") == REQUESTED:
+            return _stay(record, now=now, next_at=next_at, note=note, **fields)
+        return _move(record, REPAIRING, now=now, next_at=next_at, note=note, rung_phase=REQUESTED, **fields)
+    log.warning("%s of %s requested at %s never took effect (%s): issuing it again", rung, vm, iso(requested_at), why)
+    return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=seq + 1, policy=policy, now=now)
 
 
 def _pool_body(pool: PoolInfo, count: int) -> dict[str, Any]:
@@ -798,16 +902,46 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
         return _stay(record, now=now, next_at=now + policy.poll_s, note="waiting for the surge node")
     if phase == "delete":
         node = kube.get_node(d["node"])
-        if node is not None and node.uid == d["node_uid"]:  # not yet deleted (a repeated step skips the call)
+        if node is not None and node.uid == d["node_uid"] and node.deletion_timestamp is None:
+            # Not deleted yet as far as the node shows. The same operation marker as for restart/reimage
+            # keeps a host that resumes after a kill inside deleteMachines from sending it again.
+            seq = int(rep.get("delete_seq") or 1)
+            key = _op_key(record, "delete", seq)
+            try:
+                marker = ctx.ledger.create(Record(kind=DEDUPE_KIND, id=key, state=REQUESTED, created_at=now,
+                                                  updated_at=now, data={"remediation": record.id, "rung": "replace",
+                                                                        "machine": d["node"], "requested_at": now,
+                                                                        "by": ctx.instance}))
+            except Conflict:
+                prior = ctx.ledger.get(DEDUPE_KIND, key)
+                at = float(prior.data.get("requested_at") or prior.created_at) if prior is not None else now
+                machines = {m.name for m in aks.list_machines(d["cluster"], d["pool"])}
+                if d["node"] not in machines:
+                    return go("delete_wait", f"machine {d['node']} is gone (deleteMachines sent at {iso(at)})",
+                              wait=True)
+                if now < at + _reissue_grace(policy):
+                    return _stay(record, now=now, next_at=min(at + _reissue_grace(policy), now + policy.poll_s),
+                                 note=f"deleteMachines of {d['node']} sent at {iso(at)} by a step that did not "
+                                      f"finish: waiting for it to show")
+                # The pool is idle (not busy, checked above), the machine and its node are still there well
+                # after the request: it never took effect. Send it once more, under the next marker.
+                rep["delete_seq"] = seq + 1
+                return _stay(record, now=now, next_at=now, replace=rep,
+                             note=f"deleteMachines of {d['node']} sent at {iso(at)} never took effect: sending it again")
             try:
                 aks.begin_delete_machines(d["cluster"], d["pool"], [d["node"]])
             except NotFound:
                 pass  # already gone
             except Invalid as exc:
                 if _busy(exc):
+                    _forget_marker(ctx, marker)
                     return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
                 if "not found" not in str(exc).lower():
+                    _forget_marker(ctx, marker)
                     raise
+            except Throttled:
+                _forget_marker(ctx, marker)
+                raise
         return go("delete_wait", f"deleting machine {d['node']}", wait=True)
     if phase == "delete_wait":
         node = kube.get_node(d["node"])

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soak.audit import Sampler
@@ -188,7 +189,12 @@ class InProcessRun:
 
         if isinstance(error, StewardError):
             return  # an answer the trigger is allowed to give (the runtime retries it)
-        self.log.app_errors.append(f"{where}: {type(error).__name__}: {error}"[:400])
+        import traceback
+
+        frames = traceback.extract_tb(error.__traceback__)
+        ours = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames if "/shared/" in f.filename]
+        self.log.app_errors.append(f"{where}: {type(error).__name__}: {str(error)[:300]} "
+                                   f"(at {' > '.join(ours[-4:]) or 'outside shared/'})")
 
     def _turn(self, slot: int, host: Host, feed: Any) -> None:
         """Everything one host's runtime would do at this moment (timers due, deliveries, reconciler)."""

@@ -45,6 +45,7 @@ def failure_text(result: RunResult) -> str:
     lines += [f"  - {v}" for v in result.violations]
     if result.error:
         lines.append("  - run error: " + result.error.replace("\n", "\n    "))
+    lines += [f"  | {note}" for note in result.notes]
     return "\n".join(lines)
 
 

@@ -92,7 +92,7 @@ def shared_azurite(needed: bool) -> Iterator[Any]:
         azurite.stop(instance)
 
 
-def _evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list[Any]], sampler: Any,
+def gather_evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list[Any]], sampler: Any,
               app_errors: list[str], now: float) -> tuple[Evidence, dict[str, Any]]:
     from soak.audit import kube_nodes
 
@@ -143,7 +143,7 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                 log_ = run_.run()
                 client = SimClient(sim.endpoints)
                 try:
-                    evidence, oracles = _evidence(scenario, sim=client, records=ledger_records(run_.raw_ledger),
+                    evidence, oracles = gather_evidence(scenario, sim=client, records=ledger_records(run_.raw_ledger),
                                                   sampler=run_.sampler, app_errors=log_.app_errors,
                                                   now=run_.clock.now())
                 finally:
@@ -151,6 +151,9 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
             result.end_reason = log_.end_reason
             result.sim_s = log_.ended_at
             result.faults["app crash between steps"] += len(log_.crashes)
+            for crash in log_.crashes:  # e.g. "... at t+144s: before save remediation/draining"
+                when, _, what = crash.rsplit(": ", 1)[-1].partition(" ")
+                result.faults[f"  crash {when} {what.split('/')[0]}"] += 1
             if log_.unfinished:
                 result.error = (f"the run's wall-clock budget ran out with {log_.unfinished} record(s) active, "
                                 "before their deadlines: rerun with a larger --wall-budget")

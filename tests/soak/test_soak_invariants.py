@@ -16,7 +16,7 @@ from soak.invariants import Evidence, check_budgets, check_ledger, check_oracles
 from soak.runner import fault_kind
 
 
-def _evidence(seed: int = 3, **fields: Any) -> Evidence:
+def _make_evidence(seed: int = 3, **fields: Any) -> Evidence:
     base: dict[str, Any] = {"scenario": generate(seed, short=True), "oracles": {}, "state": {"clusters": []},
                             "nodes": {}, "records": {}, "max_unavailable": {}}
     base.update(fields)
@@ -58,7 +58,7 @@ def test_a_crashing_ledger_can_die_just_after_the_write() -> None:
 
 
 def test_oracle_violations_are_reported_by_invariant() -> None:
-    evidence = _evidence(oracles={
+    evidence = _make_evidence(oracles={
         "pdb_violations": [{"cluster": "c", "namespace": "n", "pdb": "p", "pod": "x", "cause": "eviction",
                             "currentHealthy": 1, "desiredHealthy": 2}],
         "pods_killed_without_eviction": [{"cluster": "c", "namespace": "n", "pod": "y", "node": "n1", "cause": "delete"}],
@@ -72,8 +72,8 @@ def test_more_nodes_down_than_the_budget_is_a_violation_and_exactly_the_budget_i
     label = f"{pool.cluster}/{pool.name}"
     allowed = pool_budget(pool.count, count=int(scenario.profile["BUDGET_POOL_MAX_UNAVAILABLE"]),
                           percent=int(scenario.profile["BUDGET_POOL_MAX_UNAVAILABLE_PERCENT"]))
-    assert check_budgets(_evidence(scenario=scenario, max_unavailable={label: allowed})) == []
-    over = check_budgets(_evidence(scenario=scenario, max_unavailable={label: allowed + 1}))
+    assert check_budgets(_make_evidence(scenario=scenario, max_unavailable={label: allowed})) == []
+    over = check_budgets(_make_evidence(scenario=scenario, max_unavailable={label: allowed + 1}))
     assert [v.invariant for v in over] == ["budget"]
 
 
@@ -81,7 +81,7 @@ def test_a_record_active_past_its_deadline_is_stuck_and_a_terminal_one_needs_a_r
     stuck = Record(kind="remediation", id="r1", state="draining", created_at=0.0)
     silent = Record(kind="migration", id="m1", state="blocked", created_at=0.0)
     explained = Record(kind="migration", id="m2", state="blocked", created_at=0.0, data={"reason": "pods do not fit"})
-    found = check_outcomes(_evidence(records={"remediation": [stuck], "migration": [silent, explained]}, now=1e6))
+    found = check_outcomes(_make_evidence(records={"remediation": [stuck], "migration": [silent, explained]}, now=1e6))
     assert sorted(v.detail.split(" ")[1] for v in found) == ["m1", "r1"]
 
 
@@ -90,13 +90,13 @@ def test_a_node_left_cordoned_by_a_finished_remediation_disagrees_with_the_ledge
     rec = Record(kind="remediation", id="abc-1", state="done", data={"cluster": cluster, "node": "n1", "pool": "gpu1"})
     node = {"metadata": {"name": "n1", "annotations": {"gpu-fleet-steward/cordoned-for": "abc-1"}},
             "spec": {"unschedulable": True}}
-    found = check_ledger(_evidence(records={"remediation": [rec]}, nodes={"soak1": [node]}))
+    found = check_ledger(_make_evidence(records={"remediation": [rec]}, nodes={"soak1": [node]}))
     assert {v.invariant for v in found} == {"ledger-vs-cluster"} and len(found) == 2
 
 
 def test_two_remediations_of_one_fault_break_the_one_repair_rule() -> None:
     recs = [Record(kind="remediation", id=f"k-{i}", state="done", data={"fault": "f1", "pool": "zz"}) for i in (1, 2)]
-    found = check_repairs(_evidence(records={"remediation": recs}))
+    found = check_repairs(_make_evidence(records={"remediation": recs}))
     assert any(v.invariant == "one-repair-per-fault" and "f1" in v.detail for v in found)
 
 
@@ -109,3 +109,37 @@ def test_two_remediations_of_one_fault_break_the_one_repair_rule() -> None:
 ], ids=["throttled", "quota", "allocation", "timeout", "duplicate-delivery"])
 def test_fired_faults_are_counted_by_a_readable_kind(fired: dict[str, Any], kind: str) -> None:
     assert fault_kind(fired) == kind
+
+
+class _RecordingSim:
+    """A simulator stand-in that notes the order of the auditor's calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.endpoints: dict[str, Any] = {"clusters": []}
+
+    def control(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append(f"{method} {path}")
+        return {}
+
+    def oracles(self) -> dict[str, Any]:
+        self.calls.append("oracles")
+        return {}
+
+    def state(self) -> dict[str, Any]:
+        self.calls.append("state")
+        return {"clusters": []}
+
+    def published(self) -> list[dict[str, Any]]:
+        self.calls.append("published")
+        return []
+
+
+def test_the_auditor_clears_the_scenarios_faults_before_reading_the_fleet() -> None:
+    # Found by the soak (seed 420): the auditor's own node listing met an injected Kubernetes 500.
+    from soak.audit import Sampler
+    from soak.runner import gather_evidence
+
+    sim = _RecordingSim()
+    gather_evidence(generate(420), sim=sim, records={}, sampler=Sampler(), app_errors=[], now=0.0)
+    assert sim.calls[0] == "DELETE /faults"

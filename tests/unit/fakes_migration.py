@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from shared.ports import (
 )
 
 SUB = "00000000-0000-0000-0000-000000000001"
+_ADMISSION = threading.Lock()
 GPU_VCPUS = {"Standard_NC4as_T4_v3": 4, "Standard_NC24ads_A100_v4": 24, "Standard_NC40ads_H100_v5": 40,
              "Standard_ND96asr_v4": 96}
 
@@ -388,6 +390,10 @@ class FakeKube:
         return None
 
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult:
+        with _ADMISSION:  # the API server admits evictions against a PDB one at a time; so does this fake
+            return self._evict(namespace, name)
+
+    def _evict(self, namespace: str, name: str) -> EvictionResult:
         pod = next((p for p in self.f.pods[self.cid] if p.namespace == namespace and p.name == name), None)
         if pod is None:
             return EvictionResult("gone")

@@ -131,3 +131,47 @@ def test_only_pods_that_must_go_are_ever_evicted(kinds: list[str]) -> None:
     _, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
     evicted = {a.name for a in actions}
     assert evicted == {f"p{i}" for i, kind in enumerate(kinds) if kind == "ReplicaSet"}
+
+
+def test_the_pods_with_the_longest_grace_period_are_evicted_first() -> None:
+    pods = [make_pod("quick", "n", grace=10), make_pod("slow", "n", grace=60), make_pod("default", "n", grace=None),
+            make_pod("mid", "n", grace=20)]
+    _, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
+    assert [a.name for a in actions] == ["slow", "default", "mid", "quick"]
+
+
+def test_evictions_go_out_a_few_at_a_time_and_their_answers_keep_the_actions_order() -> None:
+    import threading
+    import time
+
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def evict(action: drain.Evict) -> EvictionResult:
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.002)
+        with lock:
+            in_flight[0] -= 1
+        return EvictionResult("blocked" if action.name.endswith("7") else "evicted")
+
+    actions = [drain.Evict(namespace="ns", name=f"p{i}", uid=f"u{i}") for i in range(40)]
+    answers = drain.evict_all(evict, actions, workers=4)
+    assert [a.name for a, _ in answers] == [a.name for a in actions]
+    assert [r.outcome for _, r in answers].count("blocked") == 4
+    assert 1 < peak[0] <= 4
+
+
+def test_an_eviction_error_is_raised_only_once_every_other_eviction_has_finished() -> None:
+    done: list[str] = []
+
+    def evict(action: drain.Evict) -> EvictionResult:
+        if action.name == "p0":
+            raise RuntimeError("connection reset")
+        done.append(action.name)
+        return EvictionResult("evicted")
+
+    actions = [drain.Evict(namespace="ns", name=f"p{i}", uid=f"u{i}") for i in range(10)]
+    with pytest.raises(RuntimeError, match="connection reset"):
+        drain.evict_all(evict, actions, workers=3)
+    assert sorted(done) == sorted(f"p{i}" for i in range(1, 10))

@@ -116,13 +116,24 @@ def test_the_planner_records_exactly_what_the_plan_printed_and_skips_mig_and_sys
     ctx = world.ctx()
     printed = migration.observe_plan(ctx)
     assert world.ledger.list("migration") == []  # planning alone changes nothing
-    run_planner(ctx)
+    run_planner(ctx, start=False)
     records = world.ledger.list("migration")
     assert [(i.cluster_id, i.pool, i.replacement, i.strategy, i.batch_size) for i in printed.items] == \
         [(r["cluster_id"], r["pool"], r["replacement"], r["strategy"], r["batch_size"]) for r in map(item_from_record, records)]
     assert [i.body for i in printed.items] == [r.data["body"] for r in records]
     assert {(s.pool, s.code) for s in printed.skipped} == {("mig", "mig"), ("sysgpu", "system")}
     assert world.events.types() == ["Steward.Migration.Planned"]
+
+
+def test_the_planner_starts_the_migration_it_recorded_without_waiting_for_the_reconciler() -> None:
+    world = World()
+    run_planner(world.ctx())
+    rec = world.record()
+    assert rec.state == "creating" and rec.lease_until == 0.0  # stepped through the claim, then released
+    assert world.events.types() == ["Steward.Migration.Planned", "Steward.Migration.Step", "Steward.Migration.Started"]
+    assert world.fleet.arm_writes == [("PUT", world.cid, "gpum1")]
+    run_planner(world.ctx(instance="host-b"))  # a second planner finds the record and starts nothing again
+    assert world.fleet.arm_writes == [("PUT", world.cid, "gpum1")]
 
 
 def test_a_disabled_or_paused_planner_reports_the_plan_but_records_nothing() -> None:
@@ -251,7 +262,7 @@ def test_a_crash_before_or_after_every_step_resumes_to_the_same_end(policy: Migr
         world.fleet.broken_pools |= broken
         if quota is not None:
             world.fleet.quota_vcpus[world.cid] = quota
-        run_planner(world.ctx())
+        run_planner(world.ctx(), start=False)  # every step, the first too, is crashed
         final = world.drive_direct(world.record(), crash_each_step=crash)
         assert_safe(world)
         outcomes.append((final.state, world.pool("gpu") is None, world.pool("gpum1") is None,
@@ -280,7 +291,7 @@ def test_the_old_pool_is_never_deleted_while_a_workload_pod_remains_on_it() -> N
 
 def test_a_pod_found_on_the_old_pool_right_before_the_delete_sends_the_migration_back_to_draining() -> None:
     world = World()
-    run_planner(world.ctx())
+    run_planner(world.ctx(), start=False)
     rec = world.record()
     deleting = msgspec.structs.replace(rec, state="deleting", data={**rec.data, "drained": ["x"]})
     after = advance(deleting, world.ctx())  # the old nodes still run the workload
@@ -299,7 +310,7 @@ def test_pods_that_would_not_fit_the_replacement_block_the_migration_before_anyt
 
 def test_when_the_window_is_closed_the_migration_waits_for_the_next_opening_without_writing() -> None:
     world = World()
-    run_planner(world.ctx())  # planned while open (no window then)
+    run_planner(world.ctx(), start=False)  # planned while open (no window then)
     closed = world.ctx(policy=MigrationPolicy(enabled=True, strategy="surge", window="Sat 01:00-06:00 UTC"))
     after = advance(world.record(), closed)
     assert after.state == "planned" and "waiting for window" in after.data["waiting"]
@@ -323,7 +334,7 @@ def test_a_window_closing_mid_migration_pauses_between_batches() -> None:
 
 def test_steward_paused_stops_every_write() -> None:
     world = World()
-    run_planner(world.ctx())
+    run_planner(world.ctx(), start=False)
     after = advance(world.record(), world.ctx(paused=True))
     assert after.state == "planned" and "STEWARD_PAUSED" in after.data["waiting"]
     assert world.fleet.arm_writes == []
@@ -409,7 +420,7 @@ def test_a_sixteen_node_pool_drains_in_batches_of_the_configured_size_with_two_a
 def test_a_planned_migration_waits_while_the_fleet_cap_is_taken_by_started_ones() -> None:
     world = World(policy=MigrationPolicy(enabled=True, strategy="surge", max_concurrent=1))
     world.ledger.create(Record(kind="migration", id="other", state="draining", data={"cluster_id": "x", "pool": "y"}))
-    run_planner(world.ctx(policy=MigrationPolicy(enabled=True, max_concurrent=2)))
+    run_planner(world.ctx(policy=MigrationPolicy(enabled=True, max_concurrent=2)), start=False)
     after = advance(world.record(), world.ctx())
     assert after.state == "planned" and "fleet cap" in after.data["waiting"]
     assert world.fleet.arm_writes == []

@@ -13,7 +13,7 @@ from shared.context import Context
 from shared.errors import Invalid, Throttled
 from shared.ledger import InMemoryLedger
 from shared.ports import Record
-from shared.reconciler import LEASE_S, claim, reconcile_once
+from shared.reconciler import HOLD_BUDGET_S, HOLD_S, LEASE_S, claim, reconcile_once
 
 
 def make_ctx(ledger: InMemoryLedger, clock: ManualClock, instance: str = "host-a") -> Context:
@@ -135,3 +135,50 @@ def test_a_live_claim_excludes_a_second_invocation_of_the_same_instance() -> Non
     assert claim(record, make_ctx(ledger, clock, "host-a")) is not None
     reconcile_once(make_ctx(ledger, clock, "host-a"), modules={"k": counting_kind(steps)})
     assert steps == []
+
+
+def polling_kind(steps: list[float], *, polls: int, every: float) -> types.ModuleType:
+    """A kind that waits ``every`` seconds ``polls`` times in state a, then finishes."""
+
+    def advance(record: Record, ctx: Context) -> Record:
+        now = ctx.clock.now()
+        steps.append(now)
+        stored = ledger_view[0].get("k", record.id)
+        assert stored is not None and stored.lease_until > now  # held between polls: nobody else may step it
+        if len(steps) > polls:
+            return record.moved("done", at=now)
+        return msgspec.structs.replace(record, next_at=now + every, updated_at=now)
+
+    ledger_view: list[InMemoryLedger] = []
+    module: Any = types.ModuleType("polling_kind")
+    module.ACTIVE_STATES, module.advance, module.ledger_view = ("a",), advance, ledger_view
+    return module
+
+
+def test_a_record_due_again_within_seconds_stays_claimed_and_is_stepped_again_in_the_same_invocation() -> None:
+    ledger, clock, steps = InMemoryLedger(), ManualClock(), []
+    seed(ledger, clock)
+    kind = polling_kind(steps, polls=3, every=2.0)
+    kind.ledger_view.append(ledger)
+    start = clock.now()
+    report = reconcile_once(make_ctx(ledger, clock), modules={"k": kind})
+    assert steps == [start, start + 2.0, start + 4.0, start + 6.0]  # each poll once due, never earlier
+    record = ledger.get("k", "r1")
+    assert record is not None and record.state == "done" and record.lease_until == 0.0
+    assert report.held_s == pytest.approx(6.0) and report.advanced == {"k": 4}
+
+
+@pytest.mark.parametrize(("every", "polls", "expected_steps"), [
+    (HOLD_S + 1, 3, 1),
+    (4.0, 100, 1 + int(HOLD_BUDGET_S // 4.0)),
+], ids=["a wait longer than the hold is left to a later invocation",
+        "the waits of one invocation stop at the budget, and the claim is released"])
+def test_holding_a_record_is_bounded(every: float, polls: int, expected_steps: int) -> None:
+    ledger, clock, steps = InMemoryLedger(), ManualClock(), []
+    seed(ledger, clock)
+    kind = polling_kind(steps, polls=polls, every=every)
+    kind.ledger_view.append(ledger)
+    reconcile_once(make_ctx(ledger, clock), modules={"k": kind})
+    record = ledger.get("k", "r1")
+    assert len(steps) == expected_steps
+    assert record is not None and record.state == "a" and record.lease_until == 0.0

@@ -13,7 +13,16 @@ import pytest
 
 from shared import health, remediation
 from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
-from tests.unit.fakes_remediation import CLUSTER, Fleet, make_pod, run_until_settled, unhealthy_event
+from tests.unit.fakes_remediation import (
+    CLUSTER,
+    T0,
+    Fleet,
+    make_node,
+    make_pod,
+    run_until_settled,
+    unhealthy_event,
+    with_condition,
+)
 
 EV = remediation.EVENT_PREFIX
 
@@ -471,3 +480,169 @@ def test_a_reimage_that_re_registers_the_node_object_counts_as_the_same_node_rep
     assert run_until_settled(fleet) == [remediation.DONE]
     assert EV + remediation.REIMAGED_EV in fleet.events.types()
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
+
+
+# ---------------------------------------------------------------------------- restart / reimage at most once
+
+
+class HostDied(BaseException):
+    """The host process is killed inside a call: nothing after it runs, nothing is saved."""
+
+
+def _step_until_rung_starts(fleet: Fleet, rung: str) -> msgspec.Struct:
+    """Advance (saving each step) until the record is about to call ``rung``; returns that saved record."""
+    ctx = fleet.ctx()
+    for _ in range(100):
+        [rec] = records(fleet)
+        if rec.state == remediation.REPAIRING and remediation._rung(rec) == rung and rec.data["rung_phase"] == "start":
+            return rec
+        if rec.next_at > fleet.clock.now():
+            fleet.clock.advance(rec.next_at - fleet.clock.now())
+        fleet.ledger.save(remediation.advance(rec, ctx))
+    raise AssertionError(f"never reached the {rung} rung: {records(fleet)}")
+
+
+@pytest.mark.parametrize("rung", ["restart", "reimage"])
+def test_a_crash_inside_the_restart_call_does_not_restart_twice(rung: str) -> None:
+    fleet = one_broken(RemediationPolicy(ladder=(rung,)))
+    fleet.compute.outcomes[rung] = "heals"
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    before = _step_until_rung_starts(fleet, rung)
+    remediation.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
+    assert [w[0] for w in fleet.compute.writes] == [rung]
+    fleet.clock.advance(130)  # the reconciler's claim expires; host-b resumes from the saved copy
+    resumed = remediation.advance(before, fleet.ctx("host-b"))
+    assert resumed.data["rung_phase"] == "wait" and "not repeated" in resumed.data["last_note"]
+    fleet.ledger.save(resumed)
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w[0] for w in fleet.compute.writes] == [rung], "the VM was restarted exactly once"
+    assert remediation.RUNG_EVENTS[rung] in {t.removeprefix(EV) for t in fleet.events.types()}
+
+
+def test_a_restart_that_was_saved_as_requested_but_never_issued_is_issued_once_on_resume(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = RemediationPolicy(ladder=("restart",))
+    fleet = one_broken(policy)
+    fleet.compute.outcomes["restart"] = "heals"
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    before = _step_until_rung_starts(fleet, "restart")
+    real_restart = fleet.compute.begin_restart
+
+    def killed_before_the_call(vm: str) -> None:
+        raise HostDied(vm)
+
+    monkeypatch.setattr(fleet.compute, "begin_restart", killed_before_the_call)
+    with pytest.raises(HostDied):
+        remediation.advance(before, fleet.ctx("host-a"))  # the marker is saved, the call never left
+    monkeypatch.setattr(fleet.compute, "begin_restart", real_restart)
+    assert fleet.compute.writes == []
+
+    # Resumed at once: the request might still be on its way, so nothing is issued within the grace.
+    waiting = fleet.ledger.save(remediation.advance(before, fleet.ctx("host-b")))
+    assert waiting.data["rung_phase"] == remediation.REQUESTED and fleet.compute.writes == []
+    assert waiting.next_at <= fleet.clock.now() + policy.poll_s
+
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w[0] for w in fleet.compute.writes] == ["restart"], "issued exactly once, after the grace"
+    [done] = records(fleet)
+    issued_at = next(h["at"] for h in done.history if "issued again" in h["note"])
+    assert issued_at >= waiting.data["requested_at"] + remediation._reissue_grace(policy)
+
+
+def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.errors import Transient
+
+    fleet = one_broken(RemediationPolicy(ladder=("restart",)))
+    fleet.compute.outcomes["restart"] = "heals"
+    real_restart = fleet.compute.begin_restart
+
+    def reached_azure_but_the_answer_was_lost(vm: str) -> None:
+        monkeypatch.setattr(fleet.compute, "begin_restart", real_restart)
+        real_restart(vm)
+        raise Transient("connection reset by peer")
+
+    monkeypatch.setattr(fleet.compute, "begin_restart", reached_azure_but_the_answer_was_lost)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w[0] for w in fleet.compute.writes] == ["restart"]
+    assert "failed in transit" in str(records(fleet)[0].history)
+
+
+_BEFORE, _REQUESTED_AT = T0 - 3600, T0
+
+
+@pytest.mark.parametrize(("ready", "uid", "seen"), [
+    pytest.param(("True", _BEFORE), "uid-n", False, id="Ready since before the request: it did not happen"),
+    pytest.param(("False", _REQUESTED_AT + 5), "uid-n", True, id="Ready went False after the request"),
+    pytest.param(("True", _REQUESTED_AT + 60), "uid-n", True, id="Ready went False and True again after it"),
+    pytest.param(("Unknown", _BEFORE), "uid-n", True, id="not Ready since before: cannot tell, not repeated"),
+    pytest.param(("True", _BEFORE), "uid-new", True, id="the node re-registered with a new uid"),
+    pytest.param(None, "uid-n", True, id="the node is gone: cannot tell, not repeated"),
+])
+def test_only_a_node_ready_since_before_the_request_proves_a_restart_did_not_happen(
+        ready: tuple[str, float] | None, uid: str, seen: bool) -> None:
+    node = None
+    if ready is not None:
+        node = with_condition(make_node("n", uid=uid), "Ready", ready[0], ready[1])
+    assert remediation._vm_action_seen(node, {"node_uid": "uid-n"}, since=_REQUESTED_AT)[0] is seen
+
+
+def _step_until_phase(fleet: Fleet, phase: str) -> msgspec.Struct:
+    ctx = fleet.ctx()
+    for _ in range(100):
+        [rec] = records(fleet)
+        if rec.state == remediation.REPAIRING and rec.data.get("rung_phase") == phase:
+            return rec
+        if rec.next_at > fleet.clock.now():
+            fleet.clock.advance(rec.next_at - fleet.clock.now())
+        fleet.ledger.save(remediation.advance(rec, ctx))
+    raise AssertionError(f"never reached the {phase} phase: {records(fleet)}")
+
+
+def test_a_crash_inside_delete_machines_does_not_send_it_twice_while_the_node_lingers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = RemediationPolicy(ladder=("replace",))
+    fleet = one_broken(policy)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    before = _step_until_phase(fleet, "delete")
+    real_delete = fleet.aks.begin_delete_machines
+    sent: list[tuple[str, ...]] = []
+
+    def accepted_and_running(cluster_id: str, pool: str, machines: list[str]) -> None:
+        sent.append(tuple(machines))  # the LRO runs; the machine and its node are still there for a while
+        raise HostDied(pool)
+
+    monkeypatch.setattr(fleet.aks, "begin_delete_machines", accepted_and_running)
+    with pytest.raises(HostDied):
+        remediation.advance(before, fleet.ctx("host-a"))
+    fleet.clock.advance(policy.poll_s)
+    waiting = fleet.ledger.save(remediation.advance(before, fleet.ctx("host-b")))
+    assert waiting.data["rung_phase"] == "delete" and sent == [("aks-gpu-1",)]
+    real_delete(CLUSTER, "gpu", ["aks-gpu-1"])  # the operation finishes: machine and node gone
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert sent == [("aks-gpu-1",)] and not [w for w in fleet.aks.writes if w[0] == "delete_machines"][1:]
+
+
+def test_a_delete_machines_saved_as_requested_but_never_sent_is_sent_once_after_the_grace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = RemediationPolicy(ladder=("replace",))
+    fleet = one_broken(policy)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    before = _step_until_phase(fleet, "delete")
+    real_delete = fleet.aks.begin_delete_machines
+
+    def killed_before_the_call(cluster_id: str, pool: str, machines: list[str]) -> None:
+        raise HostDied(pool)
+
+    monkeypatch.setattr(fleet.aks, "begin_delete_machines", killed_before_the_call)
+    with pytest.raises(HostDied):
+        remediation.advance(before, fleet.ctx("host-a"))
+    monkeypatch.setattr(fleet.aks, "begin_delete_machines", real_delete)
+    requested_at = fleet.clock.now()
+    assert run_until_settled(fleet) == [remediation.DONE]
+    deletes = [w for w in fleet.aks.writes if w[0] == "delete_machines"]
+    assert deletes == [("delete_machines", "gpu", ("aks-gpu-1",))]
+    [done] = records(fleet)
+    assert "never took effect" in str(done.history) and "aks-gpu-1" not in fleet.kube.nodes
+    resent_at = next(h["at"] for h in done.history if "never took effect" in h["note"])
+    assert resent_at >= requested_at + remediation._reissue_grace(policy)
