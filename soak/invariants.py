@@ -301,6 +301,16 @@ def check_repairs(evidence: Evidence) -> list[Violation]:
     for fault, ids in by_fault.items():
         if len(ids) > 1:
             out.append(Violation("one-repair-per-fault", f"fault {fault[:16]}… has {len(ids)} remediations: {ids}"))
+    claimed: dict[tuple[str, str], list[str]] = {}
+    for rec in evidence.records.get("remediation", []):
+        rep = rec.data.get("replace")
+        if isinstance(rep, dict) and rep.get("replacement"):
+            key = (_cluster_name(str(rec.data.get("cluster", ""))), str(rep["replacement"]))
+            claimed.setdefault(key, []).append(rec.id)
+    for (cluster, node), ids in claimed.items():
+        if len(ids) > 1:
+            out.append(Violation("one-repair-per-fault", f"{cluster}/{node} is the replacement claimed by "
+                                                         f"{len(ids)} remediations: {', '.join(sorted(ids))}"))
     pools = _state_pools(evidence)
     migrating = _migration_pools(evidence)
     for plan in evidence.scenario.pools:
