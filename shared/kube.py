@@ -652,13 +652,6 @@ class KubeClient:
             _preload_content=False, _request_timeout=_TIMEOUT)), what=f"patch node {name}")
         return decode_node(data)
 
-    @requires_kube("", "nodes/status", "patch")
-    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeView:
-        data = self._run(lambda: self._body(self._core.patch_node_status(
-            name, dict(patch), _content_type="application/strategic-merge-patch+json",
-            _preload_content=False, _request_timeout=_TIMEOUT)), what=f"patch status of node {name}")
-        return decode_node(data)
-
     # -- pods
 
     @requires_kube("", "pods", "list")
