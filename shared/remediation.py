@@ -482,6 +482,7 @@ def _finish(record: Record, ctx: Context, kube: KubePort, state: str, *, now: fl
     """End the remediation: free its budget slot and node lease, tell the operator."""
     done = _move(record, state, now=now, note=note, next_at=now, finished_at=now, **data)
     _release_slot(ctx, record.id)
+    _drop_pool_turn(ctx, record)
     if not record.data.get("dry_run"):
         try:
             kube.release_lease(_lease_name(record.data["node"]), holder=record.id, namespace=LEASE_NAMESPACE)
@@ -664,6 +665,7 @@ def _next_rung(record: Record, ctx: Context, kube: KubePort, *, now: float, why:
     _kube_event(kube, d["node"], record, "StewardRungFailed", f"{rung} did not repair the node: {why}", "Warning")
     if i >= len(ladder):
         return _give_up(record, ctx, kube, now=now, note=f"every rung failed (last: {rung}: {why}); the node stays cordoned")
+    _drop_pool_turn(ctx, record)
     return _move(record, REPAIRING, now=now, note=f"{rung} failed ({why}); escalating to {ladder[i]}",
                  rung_index=i, rung_phase="start", replace={})
 
@@ -830,12 +832,103 @@ def _pool_body(pool: PoolInfo, count: int) -> dict[str, Any]:
     return {"properties": props}
 
 
-def _replacement(kube: KubePort, d: Mapping[str, Any], *, since: float, policy: RemediationPolicy) -> NodeView | None:
-    """A node of the pool created after the rung started that is Ready, healthy and offers GPUs."""
+# One replace per pool at a time. A replace reads the pool's count at its start and takes "a node of the
+# pool created after the rung started" as its replacement, so two replaces overlapping in one pool see
+# each other's count changes and new nodes (soak seed 1040: a delete-first replace dropped the count, a
+# surge started from the lowered count, and both took the surge node). So a replace leaves its start
+# only with the pool's turn: no other active remediation of the pool is in its replace rung past its
+# start (read from the ledger), and it holds the turn marker (kind ``dedupe``, id
+# ``replace-turn-<sha256(cluster/pool)>``, insert-if-absent, so of two records starting at once exactly
+# one gets it). The marker is dropped when the holder finishes or leaves the rung; a marker whose holder
+# is no longer active in its replace rung (a lost drop) is stale and taken over. Independently, a
+# replacement node is claimed with an insert-if-absent marker (``replacement-<sha256(cluster/node/uid)>``)
+# before a remediation takes it: a node is never the replacement of two remediations.
+TURN_PREFIX, CLAIM_PREFIX = "replace-turn-", "replacement-"
+
+
+def _turn_key(cluster_id: str, pool: str) -> str:
+    return TURN_PREFIX + hashlib.sha256(f"{cluster_id.lower()}/{pool}".encode()).hexdigest()[:24]
+
+
+def _claim_key(cluster_id: str, node: NodeView) -> str:
+    return CLAIM_PREFIX + hashlib.sha256(f"{cluster_id.lower()}/{node.name}/{node.uid}".encode()).hexdigest()[:32]
+
+
+def _replacing(record: Record) -> bool:
+    """Whether ``record`` is in its replace rung past the start (it may be changing its pool's count)."""
+    return (record.state in (REPAIRING, VERIFYING) and _rung(record) == "replace"
+            and record.data.get("rung_phase", "start") != "start")
+
+
+def _same_pool(record: Record, d: Mapping[str, Any]) -> bool:
+    return (str(record.data.get("cluster", "")).lower() == str(d["cluster"]).lower()
+            and record.data.get("pool") == d["pool"])
+
+
+def _take_pool_turn(record: Record, ctx: Context, *, now: float) -> str | None:
+    """Take the pool's replace turn for ``record``; None when taken (or already ours), else whom we wait for."""
+    d = record.data
+    for other in ctx.ledger.list(KIND, states=sorted(ACTIVE_STATES)):
+        if other.id != record.id and _same_pool(other, d) and _replacing(other):
+            return other.id
+    key = _turn_key(d["cluster"], d["pool"])
+    for _ in range(3):
+        try:
+            ctx.ledger.create(Record(kind=DEDUPE_KIND, id=key, state="held", created_at=now, updated_at=now,
+                                     data={"remediation": record.id, "cluster": d["cluster"], "pool": d["pool"],
+                                           "at": now, "by": ctx.instance}))
+            return None
+        except Conflict:
+            turn = ctx.ledger.get(DEDUPE_KIND, key)
+        if turn is None:
+            continue  # dropped meanwhile: try again
+        holder = str(turn.data.get("remediation") or "")
+        if holder == record.id:
+            return None  # ours (a step that took it did not finish)
+        other = ctx.ledger.get(KIND, holder) if holder else None
+        if other is not None and other.state in (REPAIRING, VERIFYING) and _rung(other) == "replace":
+            return holder
+        try:  # the holder finished or left its replace rung and its drop was lost: stale
+            ctx.ledger.delete(turn)
+        except Conflict:
+            continue
+    return "another remediation"
+
+
+def _drop_pool_turn(ctx: Context, record: Record) -> None:
+    """Give the pool's replace turn back if ``record`` holds it (best effort: a stale turn is taken over)."""
+    d = record.data
+    if d.get("dry_run") or _rung(record) != "replace" or not d.get("pool"):
+        return
+    try:
+        turn = ctx.ledger.get(DEDUPE_KIND, _turn_key(d["cluster"], d["pool"]))
+        if turn is not None and turn.data.get("remediation") == record.id:
+            ctx.ledger.delete(turn)
+    except StewardError as exc:
+        log.info("replace turn of pool %s not dropped (it is taken over when stale): %s", d["pool"], exc)
+
+
+def _claim(ctx: Context, record: Record, node: NodeView, *, now: float) -> bool:
+    """Claim ``node`` as ``record``'s replacement; False when another remediation claimed it first."""
+    key = _claim_key(record.data["cluster"], node)
+    try:
+        ctx.ledger.create(Record(kind=DEDUPE_KIND, id=key, state="claimed", created_at=now, updated_at=now,
+                                 data={"remediation": record.id, "cluster": record.data["cluster"],
+                                       "pool": record.data["pool"], "node": node.name, "uid": node.uid}))
+        return True
+    except Conflict:
+        prior = ctx.ledger.get(DEDUPE_KIND, key)
+        return prior is not None and prior.data.get("remediation") == record.id
+
+
+def _replacement(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
+                 now: float) -> NodeView | None:
+    """A node of the pool created after the rung started, Ready, healthy, with GPUs, and claimed by us."""
+    d = record.data
     for n in kube.list_nodes(label_selector=f"{POOL_LABEL}={d['pool']}", page_size=policy.page_size):
         if n.name == d["node"] or n.created < since - 1.0:
             continue
-        if health.is_recovered(n, policy=policy)[0]:
+        if health.is_recovered(n, policy=policy)[0] and _claim(ctx, record, n, now=now):
             return n
     return None
 
@@ -865,6 +958,11 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
                      rung_phase=next_phase, replace=rep)
 
     if phase == "start":
+        waiting_for = _take_pool_turn(record, ctx, now=now)
+        if waiting_for is not None:
+            return _stay(record, now=now, next_at=now + policy.poll_s,
+                         note=f"waiting: remediation {waiting_for} is replacing a node of pool {d['pool']} "
+                              f"(one replace per pool at a time)")
         autoscaled = bool(pool.properties.get("enableAutoScaling"))
         surge = policy.surge and not autoscaled
         mode = "surge" if surge else "delete-first"
@@ -892,7 +990,7 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
                 raise
         return go("surge_wait", f"pool {d['pool']} scaling to {rep['target_count']}", wait=True)
     if phase == "surge_wait":
-        new = _replacement(kube, d, since=started, policy=policy)
+        new = _replacement(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return go("delete", f"replacement {new.name} is Ready with GPUs: deleting {d['node']}", replacement=new.name)
         if pool.provisioning_state == "Failed":
@@ -971,7 +1069,7 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
                 return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to restore the count: {exc}")
         return go("await_replacement", f"pool {d['pool']} scaling back to {rep['original_count']}", wait=True)
     if phase == "await_replacement":
-        new = _replacement(kube, d, since=started, policy=policy)
+        new = _replacement(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return _replaced(record, ctx, kube, now=now, target=new.name, rep={**rep, "replacement": new.name})
         return _stay(record, now=now, next_at=now + policy.poll_s, note="waiting for the replacement node")

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from shared.retry import DEFAULT_ATTEMPTS
-from tests.e2e.conftest import E2E_PROFILE, GET_POOL, PUT_POOL, Fleet, assert_no_disruption
+from tests.e2e.conftest import GET_POOL, PUT_POOL, Fleet, assert_no_disruption
 
 T4 = "Standard_NC4as_T4_v3"
 NEVER = "0 0 0 1 1 *"  # once a year, at midnight on the first of January
-E2E_SETTINGS = {"SWEEP_SCHEDULE": NEVER, "MIGRATION_SCHEDULE": NEVER}
-POLL_INTERVAL_S = float(E2E_PROFILE["POOL_REQUEST_POLL_INTERVAL_S"])
+# Polls longer than the reconciler's hold (5 s) release the record between looks, so the crash test
+# can kill the host "between steps" while the pool is being created.
+E2E_SETTINGS = {"SWEEP_SCHEDULE": NEVER, "MIGRATION_SCHEDULE": NEVER, "POOL_REQUEST_POLL_INTERVAL_S": "6"}
+POLL_INTERVAL_S = float(E2E_SETTINGS["POOL_REQUEST_POLL_INTERVAL_S"])
 HOST_JSON = Path(__file__).resolve().parents[2] / "host.json"
 MAX_DEQUEUE_COUNT = int(json.loads(HOST_JSON.read_text())["extensions"]["queues"]["maxDequeueCount"])
 

@@ -646,3 +646,69 @@ def test_a_delete_machines_saved_as_requested_but_never_sent_is_sent_once_after_
     assert "never took effect" in str(done.history) and "aks-gpu-1" not in fleet.kube.nodes
     resent_at = next(h["at"] for h in done.history if "never took effect" in h["note"])
     assert resent_at >= requested_at + remediation._reissue_grace(policy)
+
+
+def _two_broken_in_one_pool(*, quota: int) -> Fleet:
+    """Pool of 5 with aks-gpu-1 and aks-gpu-2 broken, a budget that admits both, and ``quota`` spare nodes."""
+    policy = RemediationPolicy(ladder=("replace",), pool_max_unavailable=2, pool_max_unavailable_percent=100)
+    fleet = Fleet(policy=policy)
+    fleet.pool(5, unhealthy=[1, 2])
+    fleet.aks.quota = quota
+    for name in ("aks-gpu-1", "aks-gpu-2"):
+        assert fleet.handle(unhealthy_event(name, fleet=fleet)).startswith("admitted")
+    return fleet
+
+
+def _drive_earliest(fleet: Fleet, *, crash: bool) -> None:
+    """Advance the record due first, step by step; with ``crash`` each step first runs once, unsaved."""
+    ctx = fleet.ctx()
+    for _ in range(500):
+        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
+        if not active:
+            return
+        rec = min(active, key=lambda r: (r.next_at, r.id))
+        if rec.next_at > fleet.clock.now():
+            fleet.clock.advance(rec.next_at - fleet.clock.now())
+        if crash:
+            remediation.advance(rec, ctx)  # the host dies after the step's effects, before the save
+        fleet.ledger.save(remediation.advance(rec, ctx))
+    raise AssertionError("the remediations did not settle")
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["straight", "every step crashes once"])
+def test_two_replaces_in_one_pool_run_one_after_the_other(crash: bool) -> None:
+    # Soak seed 1040: the first surge finds no quota and falls back to delete-first (count 5 -> 4); a second
+    # replace starting meanwhile would surge from the lowered count and both would take its one new node.
+    fleet = _two_broken_in_one_pool(quota=0)
+    _drive_earliest(fleet, crash=crash)
+    recs = records(fleet)
+    assert [r.state for r in recs] == [remediation.DONE, remediation.DONE]
+    first, second = sorted(recs, key=lambda r: r.data["rung_started_at"])
+    assert second.data["rung_started_at"] >= first.data["finished_at"], "the second replace waited for the first"
+    assert any("one replace per pool at a time" in h.get("note", "") for h in second.history)
+    assert first.data["target"] != second.data["target"]
+    assert {first.data["target"], second.data["target"]} <= set(fleet.kube.nodes)
+    assert "aks-gpu-1" not in fleet.kube.nodes and "aks-gpu-2" not in fleet.kube.nodes
+    assert fleet.aks.counts["gpu"] == 5 and len(fleet.kube.nodes) == 5, "both broken nodes replaced, none lost"
+    assert not [r for r in fleet.ledger.list(remediation.DEDUPE_KIND) if r.id.startswith(remediation.TURN_PREFIX)]
+
+
+def test_a_replacement_node_is_never_claimed_by_two_remediations() -> None:
+    fleet = _two_broken_in_one_pool(quota=0)
+    ctx = fleet.ctx()
+    started = fleet.clock.now()
+    for rec in records(fleet):  # both waiting for "a node of the pool created after the rung started"
+        fleet.ledger.save(msgspec.structs.replace(rec, state=remediation.REPAIRING, data={
+            **rec.data, "rung_index": 0, "rung_phase": "await_replacement", "rung_started_at": started,
+            "replace": {"original_count": 5, "target_count": 6, "mode": "delete-first", "autoscaled": False}}))
+    fleet.clock.advance(30)
+    fleet.kube.add(make_node("aks-gpu-new1", created=fleet.clock.now()))
+    a, b = records(fleet)
+    remediation.advance(a, ctx)  # a step whose save is lost: its claim stays with a
+    took = fleet.ledger.save(remediation.advance(a, ctx))
+    waits = fleet.ledger.save(remediation.advance(b, ctx))
+    assert took.state == remediation.VERIFYING and took.data["target"] == "aks-gpu-new1"
+    assert waits.state == remediation.REPAIRING and waits.data["rung_phase"] == "await_replacement"
+    assert "target" not in waits.data
+    fleet.kube.add(make_node("aks-gpu-new2", created=fleet.clock.now()))
+    assert remediation.advance(waits, ctx).data["target"] == "aks-gpu-new2"
