@@ -390,14 +390,18 @@ def run_planner(ctx: Context, *, start: bool = True) -> Plan:
     now = ctx.clock.now()
     created_records: list[Record] = []
     for item in plan.items:
+        if ctx.ledger.get(KIND, item.record_id) is not None:
+            continue  # recorded by an earlier run or another instance: announced then
+        record = record_for(item, now=now)
+        # Announce before the record exists: once it does, any instance's reconciler may claim it and
+        # publish its first Step, and a migration's story must open with Planned. A planner racing this
+        # one publishes the same deterministic id, which consumers dedupe.
+        _publish(ctx, record, "Planned", order=item.order, vm_size=item.vm_size, node_count=item.node_count,
+                 strategy_reason=item.strategy_reason)
         try:
-            created = ctx.ledger.create(record_for(item, now=now))
+            created_records.append(ctx.ledger.create(record))
         except Conflict:
             log.info("migration %s already recorded by another instance", item.record_id)
-            continue
-        created_records.append(created)
-        _publish(ctx, created, "Planned", order=item.order, vm_size=item.vm_size, node_count=item.node_count,
-                 strategy_reason=item.strategy_reason)
     if start and created_records:
         from shared.reconciler import ReconcileReport, advance_record
 

@@ -116,7 +116,8 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutco
     existing = ctx.ledger.get(KIND, result.request_id)
     if existing is None:
         try:
-            existing = ctx.ledger.create(_new_record(result, now=now, dequeue_count=dequeue_count))
+            existing = ctx.ledger.create(_announced(ctx, _new_record(result, now=now, dequeue_count=dequeue_count),
+                                                    result))
             status = "accepted"
         except Conflict:  # another delivery of a message with this id won the race
             existing = ctx.ledger.get(KIND, result.request_id)
@@ -127,6 +128,7 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutco
         # A rejected id may be reused by the corrected request: the rejection stays in its history.
         fresh = _new_record(result, now=now, dequeue_count=dequeue_count)
         fresh = msgspec.structs.replace(fresh, etag=existing.etag, history=[*existing.history, *fresh.history][-50:])
+        fresh = _announced(ctx, fresh, result)
         try:
             existing = ctx.ledger.save(fresh)
         except (Conflict, NotFound):
@@ -144,9 +146,8 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutco
                               cluster=result.request.cluster, pool_name=result.request.pool_name, digest=digest)
         return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, reused_id=result.request_id)
 
-    if not existing.data.get("announced"):
-        _publish(ctx, EVENT_ACCEPTED, existing, {"state": existing.state, "vmSize": result.request.vm_size,
-                                                 "installProfile": result.request.install_profile})
+    if not existing.data.get("announced"):  # recorded by a version that announced after writing
+        _announce(ctx, existing, result)
         _mark_announced(ctx, existing)
     log.info("pool request %s %s", result.request_id, status)
     return AcceptOutcome(status=status, request_id=result.request_id)
@@ -159,6 +160,22 @@ def _new_record(v: ValidatedRequest, *, now: float, dequeue_count: int) -> Recor
             "dequeueCount": dequeue_count}
     return Record(kind=KIND, id=req.request_id, state=ACCEPTED, data=data, created_at=now, updated_at=now,
                   next_at=now, history=[{"at": now, "state": ACCEPTED, "note": "validated and recorded"}])
+
+
+def _announce(ctx: Context, record: Record, result: ValidatedRequest) -> None:
+    _publish(ctx, EVENT_ACCEPTED, record, {"state": record.state, "vmSize": result.request.vm_size,
+                                           "installProfile": result.request.install_profile})
+
+
+def _announced(ctx: Context, record: Record, result: ValidatedRequest) -> Record:
+    """Publish Accepted, then return the record marked as announced, ready to be written.
+
+    The event goes out before the record can be seen: once it is written, any instance's reconciler
+    may claim it and report progress, and a request's story must open with Accepted. If the write
+    then loses a race, the winner published the same id, which consumers dedupe.
+    """
+    _announce(ctx, record, result)
+    return msgspec.structs.replace(record, data={**record.data, "announced": True})
 
 
 def _mark_announced(ctx: Context, record: Record) -> None:

@@ -354,13 +354,16 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         record = _new_record(rid, node=node, finding=finding, info=info, attempt=number,
                              policy=policy, now=now, instance=ctx.instance,
                              cap_reached=node_check.reason if cap_reached else "")
+        # Announce before the record exists: once written, any instance's reconciler may claim it and
+        # report its first step, and a remediation's story must open with Admitted. A host racing this
+        # one publishes the same deterministic id, which consumers dedupe.
+        _publish(ctx, record, ADMITTED_EV, f"{node_check.reason}: cordon only" if cap_reached else admission.reason,
+                 extra={"dry_run": policy.dry_run})
         try:
             record = ctx.ledger.create(record)
         except Conflict:
             continue  # same attempt created by another host: the next pass sees it
         _note_attempt(ctx, node_rec, nd, record)
-        _publish(ctx, record, ADMITTED_EV, f"{node_check.reason}: cordon only" if cap_reached else admission.reason,
-                 extra={"dry_run": policy.dry_run})
         _metric(ctx, "time_to_admit_s", now - finding.since, condition=finding.condition)
         _metric(ctx, "remediations_in_flight", len(slots))
         log.info("remediation %s admitted for %s/%s (%s)", rid, cluster_id, name, admission.reason)

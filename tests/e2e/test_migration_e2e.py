@@ -450,13 +450,17 @@ def test_a_pool_whose_workloads_are_pinned_to_its_name_ends_blocked_with_the_rea
 
 def test_each_migration_tells_its_story_as_cloud_events(fleet_run: FleetRun) -> None:
     for (cluster, pool), record in fleet_run.records.items():
-        mine = [e for e in fleet_run.events if e["data"].get("migration") == record.id]
+        delivered = [e for e in fleet_run.events if e["data"].get("migration") == record.id]
+        first: dict[str, dict[str, Any]] = {}
+        for event in delivered:  # at-least-once: a repeat carries its id, and consumers keep the first
+            seen = first.setdefault(event["id"], event)
+            assert (seen["type"], seen["data"]) == (event["type"], event["data"]), "an id was reused for another step"
+        mine = list(first.values())
         types = [e["type"].removeprefix("Steward.Migration.") for e in mine]
         assert types[0] == "Planned", (cluster, pool, types)
         final = {"done": "Completed", "rolled_back": "RolledBack", "blocked": "Blocked"}[record.state]
         assert types.count(final) == 1, (cluster, pool, types)
         assert all(e["subject"] == f"{fleet_run.observer.clusters[cluster]}/agentPools/{pool}" for e in mine)
-        assert len({e["id"] for e in mine}) == len(mine), "an event id was reused for a different step"
         if record.state != "blocked":
             assert "Started" in types
 

@@ -136,6 +136,23 @@ def test_the_planner_starts_the_migration_it_recorded_without_waiting_for_the_re
     assert world.fleet.arm_writes == [("PUT", world.cid, "gpum1")]
 
 
+def test_planned_is_published_before_the_record_exists_so_no_reconciler_step_can_precede_it() -> None:
+    world = World()
+    records_at_publish: list[int] = []
+    publish = world.events.publish
+
+    def spying(**kwargs: Any) -> None:
+        if kwargs["type_"].endswith(".Planned"):
+            records_at_publish.append(len(world.ledger.list("migration")))
+        publish(**kwargs)
+
+    world.events.publish = spying  # type: ignore[method-assign]
+    run_planner(world.ctx())
+    assert records_at_publish == [0]
+    run_planner(world.ctx(instance="host-b"))  # the record exists: nothing is announced again
+    assert records_at_publish == [0] and world.events.types().count("Steward.Migration.Planned") == 1
+
+
 def test_a_disabled_or_paused_planner_reports_the_plan_but_records_nothing() -> None:
     world = World()
     plan = run_planner(world.ctx(policy=MigrationPolicy(enabled=False)))

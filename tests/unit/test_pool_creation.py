@@ -149,12 +149,36 @@ def test_a_foreign_subscription_is_refused_without_asking_arm() -> None:
     assert world.aks.get_cluster_calls == 0
 
 
-def test_a_transient_failure_while_accepting_propagates_and_the_retry_finishes_the_job() -> None:
+def test_a_request_that_cannot_be_announced_is_not_recorded_and_the_retry_accepts_it() -> None:
     world = make_world()
     world.events.fail_next = Transient("event grid 503")
     with pytest.raises(Transient):
         submit(world)
-    assert record(world).data.get("announced") is None
+    assert world.ledger.get(KIND, "req-0001") is None  # no reconciler can start what was never announced
+    assert submit(world).status == "accepted"
+    assert world.events.types() == ["Steward.PoolRequest.Accepted"] and record(world).data["announced"] is True
+
+
+def test_accepted_is_published_before_the_record_exists_so_no_progress_event_can_precede_it() -> None:
+    world = make_world()
+    seen_at_publish: list[Record | None] = []
+    publish = world.events.publish
+
+    def spying(**kwargs: Any) -> None:
+        seen_at_publish.append(world.ledger.get(KIND, "req-0001"))
+        publish(**kwargs)
+
+    world.events.publish = spying  # type: ignore[method-assign]
+    submit(world)
+    assert seen_at_publish == [None]
+    assert record(world).data["announced"] is True
+
+
+def test_a_record_written_unannounced_by_an_older_version_is_announced_on_redelivery() -> None:
+    world = make_world()
+    legacy = pool_creation._new_record(pool_creation.parse_and_validate(  # what the old code left behind
+        message(), policy=world.policy, in_scope=lambda _c: True), now=0.0, dequeue_count=1)
+    world.ledger.create(legacy)
     assert submit(world).status == "duplicate"
     assert world.events.types() == ["Steward.PoolRequest.Accepted"] and record(world).data["announced"] is True
 

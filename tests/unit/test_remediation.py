@@ -7,6 +7,7 @@ Faked (tests/unit/fakes_remediation.py): Kubernetes, ARM, VMSS and Event Grid. R
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import msgspec
 import pytest
@@ -136,6 +137,24 @@ def test_duplicated_late_and_out_of_order_events_cause_exactly_one_remediation()
     assert fleet.handle(event).startswith(("duplicate", "ignored"))  # redelivered after the repair
     assert [r.state for r in records(fleet)] == [remediation.DONE]
     assert fleet.events.types().count(EV + remediation.ADMITTED_EV) == 1
+
+
+def test_admitted_is_published_before_the_record_exists_so_no_step_event_can_precede_it() -> None:
+    fleet = one_broken()
+    fleet.compute.outcomes["restart"] = "heals"
+    records_at_admitted: list[int] = []
+    publish = fleet.events.publish
+
+    def spying(**kwargs: Any) -> None:
+        if kwargs["type_"] == EV + remediation.ADMITTED_EV:
+            records_at_admitted.append(len(records(fleet)))
+        publish(**kwargs)
+
+    fleet.events.publish = spying  # type: ignore[method-assign]
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    assert records_at_admitted == [0] and len(records(fleet)) == 1
+    run_until_settled(fleet)
+    assert fleet.events.types()[0] == EV + remediation.ADMITTED_EV
 
 
 def test_two_hosts_over_one_ledger_cause_exactly_one_remediation() -> None:
