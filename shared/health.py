@@ -63,26 +63,56 @@ def cordoned_by_us(node: NodeView) -> bool:
     return bool(node.labels.get(CORDONED_BY_LABEL)) and bool(node.annotations.get(CORDON_FOR_ANNOTATION))
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """The policy's skip rules in the shapes a per-node check wants (built once per evaluation)."""
+
+    opt_out_label: str
+    busy_taints: tuple[str, ...]
+    busy_taint_set: frozenset[str]
+    busy_annotations: tuple[str, ...]
+    startup_grace_s: float
+    skip_not_ready: bool
+    thresholds: tuple[tuple[str, float], ...]
+
+    @classmethod
+    def of(cls, policy: RemediationPolicy) -> _Rules:
+        return cls(policy.opt_out_label, tuple(policy.busy_taints), frozenset(policy.busy_taints),
+                   tuple(policy.busy_annotations), float(policy.startup_grace_s), bool(policy.skip_not_ready),
+                   tuple((type_, policy.threshold_for(type_)) for type_ in policy.conditions))
+
+
 def skip_reason(node: NodeView, *, now: float, policy: RemediationPolicy) -> str | None:
     """Why this node is not ours to judge right now, or None. Order matters: the first reason wins."""
-    if node.labels.get(policy.opt_out_label, "").lower() == "true":
+    return _skip(node, now=now, rules=_Rules.of(policy))
+
+
+def _skip(node: NodeView, *, now: float, rules: _Rules) -> str | None:
+    labels = node.labels
+    if labels and labels.get(rules.opt_out_label, "").lower() == "true":
         return SKIP_OPTED_OUT
     if node.deletion_timestamp is not None:
         # AKS (scale-down, upgrade surge, a deleted machine) is already taking this node away.
         return SKIP_DELETING
-    taint_keys = {t.key for t in node.taints}
-    for key in policy.busy_taints:
-        if key in taint_keys:
-            return f"{SKIP_BUSY_TAINT}:{key}"
-    for key in policy.busy_annotations:
-        if key in node.annotations:
-            return f"{SKIP_BUSY_ANNOTATION}:{key}"
-    if (node.unschedulable or UNSCHEDULABLE_TAINT in taint_keys) and not cordoned_by_us(node):
+    tainted_unschedulable = False
+    if node.taints:
+        taint_keys = [t.key for t in node.taints]
+        if not rules.busy_taint_set.isdisjoint(taint_keys):
+            for key in rules.busy_taints:  # the policy's order decides which busy taint is named
+                if key in taint_keys:
+                    return f"{SKIP_BUSY_TAINT}:{key}"
+        tainted_unschedulable = UNSCHEDULABLE_TAINT in taint_keys
+    annotations = node.annotations
+    if annotations:
+        for key in rules.busy_annotations:
+            if key in annotations:
+                return f"{SKIP_BUSY_ANNOTATION}:{key}"
+    if (node.unschedulable or tainted_unschedulable) and not cordoned_by_us(node):
         # AKS cordons during upgrades and node-image updates; an operator may be investigating.
         return SKIP_CORDONED_BY_OTHER
-    if now - node.created < policy.startup_grace_s:
+    if now - node.created < rules.startup_grace_s:
         return SKIP_STARTING
-    if policy.skip_not_ready and not node.ready and not cordoned_by_us(node):
+    if rules.skip_not_ready and not node.ready and not cordoned_by_us(node):
         # NotReady is AKS auto-repair's job (reboot, reimage, redeploy); never race it.
         return SKIP_NOT_READY
     return None
@@ -91,29 +121,29 @@ def skip_reason(node: NodeView, *, now: float, policy: RemediationPolicy) -> str
 def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy) -> Evaluation:
     """Sort ``nodes`` into buckets; ``next_check`` is the earliest time a pending finding crosses."""
     out = Evaluation()
-    thresholds = [(type_, policy.threshold_for(type_)) for type_ in policy.conditions]  # once, not per node
+    rules = _Rules.of(policy)  # once, not per node
     for node in nodes:
-        reason = skip_reason(node, now=now, policy=policy)
+        reason = _skip(node, now=now, rules=rules)
         if reason is not None:
             out.skipped.append((node, reason))
             if reason == SKIP_STARTING:
-                out._later(node.created + policy.startup_grace_s)
+                out._later(node.created + rules.startup_grace_s)
             continue
         over: list[Finding] = []
         under: list[Finding] = []
         missing: list[str] = []
-        for type_, threshold in thresholds:
+        for type_, threshold in rules.thresholds:
             cond = node.condition(type_)
             if cond is None or cond.status not in ("True", "False"):
                 missing.append(type_)
                 continue
             if cond.status != "True":
                 continue
-            if cond.last_transition is None:
+            transition = cond.last_transition
+            if transition is None:
                 missing.append(type_)  # True without a transition time cannot be debounced
                 continue
-            # a plain float: a decoded transition time is a ports.Epoch, which msgspec cannot store
-            since = float(cond.last_transition)
+            since = float(transition)  # a plain float: what records store
             finding = Finding(node=node, condition=type_, since=since)
             crosses = since + threshold
             if now >= crosses:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
 
@@ -83,8 +83,8 @@ class _ListMeta(msgspec.Struct, rename="camel", gc=False):
 
 # Nodes are decoded in two ways. The fast one (every list page of the sweep) lets msgspec build the
 # views' conditions and taints itself: ``ports.Condition`` and ``ports.Taint`` are the wire shapes, and
-# ``lastTransitionTime`` arrives as an ``Epoch`` through ``_dec_hook`` (a small cache of parsed
-# timestamps: the conditions of a node, and the nodes of a pool, share most of theirs). It is strict:
+# ``lastTransitionTime`` stays text until it is read (``Condition.last_transition``). The node's own
+# timestamps arrive as an ``Epoch`` through ``_dec_hook`` (a small cache of parsed timestamps). It is strict:
 # a null ``reason``, ``message`` or taint ``value`` fails it, and the page is decoded again the
 # tolerant way (Optional fields converted in Python), so odd API servers cost time, never a sweep.
 
@@ -131,7 +131,7 @@ class _Taint(msgspec.Struct, gc=False):
 class _Condition(msgspec.Struct, rename="camel", gc=False):
     type: str = ""
     status: str = ""
-    last_transition_time: Epoch | None = None
+    last_transition_time: str | None = None
     reason: str | None = None
     message: str | None = None
 
@@ -215,7 +215,7 @@ def _parse_epoch(text: str) -> Epoch:
 def _dec_hook(type_: type, obj: Any, _cached: Callable[[str], Epoch | None] = _epochs.get) -> Any:
     """msgspec's hook for the only custom type of the node decoders (``Epoch``): one lookup when cached.
 
-    This runs for every condition of every node, so it is as short as it can be.
+    This runs for the creation (and deletion) time of every node, so it is as short as it can be.
     """
     return _cached(obj) or _parse_epoch(obj)
 
@@ -530,6 +530,12 @@ def _parse_time(text: str | None) -> float | None:
 # --------------------------------------------------------------------------- the adapter
 
 
+# Characters a query value keeps as they are: ``/`` and ``=`` of label selectors (``a.b/c=d``) and the
+# ``,`` and ``:`` of selector lists; all are legal in an RFC 3986 query and mean nothing to the server's
+# parser there. A value needing ``%`` escapes still gets them (and urllib3's slower, careful path).
+_QUERY_SAFE = "/=,:"
+
+
 class KubeClient:
     """KubePort for one cluster."""
 
@@ -568,6 +574,8 @@ class KubeClient:
         self._policy = k8s.PolicyV1Api(self._api)
         self._custom = k8s.CustomObjectsApi(self._api)
         self._http_timeout = urllib3.Timeout(connect=_TIMEOUT[0], read=_TIMEOUT[1])
+        self._pool: Any = None
+        self._path_prefix = urlsplit(server).path.rstrip("/")
 
     # -- plumbing
 
@@ -606,18 +614,39 @@ class KubeClient:
         Same connection pool (TLS settings, proxy, keep-alive), same bearer token, same errors (an
         ``ApiException`` for a non-2xx answer): only the per-call validation and header building of
         the generated API class is skipped, which at small pages costs more than decoding them.
+        Without a proxy the request goes straight to the server's connection pool with its target
+        already encoded (``/`` and ``=`` of a label selector left as they are, as RFC 3986 allows in
+        a query), so urllib3 neither parses the URL nor re-encodes it character by character; no
+        urllib3 retries either: shared.retry decides.
         """
         from kubernetes.client.exceptions import ApiException
 
-        params = urlencode({k: v for k, v in query.items() if v is not None and v != ""})
-        response = self._api.rest_client.pool_manager.request(
-            "GET", f"{self.server}{path}?{params}" if params else f"{self.server}{path}",
-            headers={"Accept": "application/json", "User-Agent": self._api.user_agent,
-                     "Authorization": f"Bearer {self._tokens.get()}"},
-            timeout=self._http_timeout, preload_content=True)
+        params = urlencode({k: v for k, v in query.items() if v is not None and v != ""},
+                           quote_via=quote, safe=_QUERY_SAFE)
+        headers = {"Accept": "application/json", "User-Agent": self._api.user_agent,
+                   "Authorization": f"Bearer {self._tokens.get()}"}
+        target = f"{path}?{params}" if params else path
+        pool = self._direct_pool()
+        if pool is not None:
+            response = pool.urlopen("GET", self._path_prefix + target, headers=headers, retries=False,
+                                    timeout=self._http_timeout, preload_content=True)
+        else:
+            response = self._api.rest_client.pool_manager.request(
+                "GET", self.server + target, headers=headers, timeout=self._http_timeout, preload_content=True)
         if not 200 <= response.status < 300:
             raise ApiException(http_resp=response)
         return response.data or b""
+
+    def _direct_pool(self) -> Any:
+        """The server's urllib3 connection pool, or None behind a proxy (which needs absolute URLs)."""
+        import urllib3
+
+        if self._pool is None:
+            manager = self._api.rest_client.pool_manager
+            if isinstance(manager, urllib3.ProxyManager):
+                return None
+            self._pool = manager.connection_from_url(self.server)
+        return self._pool
 
     # -- nodes
 

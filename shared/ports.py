@@ -9,6 +9,7 @@ the fields decisions need, decoded straight from JSON (msgspec) rather than thro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -31,14 +32,53 @@ else:
         __slots__ = ()
 
 
-class Condition(msgspec.Struct, frozen=True, gc=False, rename={"last_transition": "lastTransitionTime"}):
-    """A node condition; decoded by msgspec straight from the wire (``lastTransitionTime``)."""
+_TRANSITIONS_MAX = 4096
+_transitions: dict[str, float | None] = {}
+
+
+def rfc3339_seconds(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp (as msgspec parses datetimes), None when it is not one.
+
+    Remembered in a small bounded cache: the conditions of a node, and the nodes of a pool, share
+    most of their transition times.
+    """
+    found = _transitions.get(text, _transitions)
+    if found is not _transitions:
+        return found  # type: ignore[return-value]
+    try:
+        value: float | None = msgspec.convert(text, datetime).timestamp()
+    except (msgspec.ValidationError, ValueError, OverflowError):
+        value = None
+    if len(_transitions) >= _TRANSITIONS_MAX:
+        _transitions.clear()  # a crude bound: the next pages re-fill what they use
+    _transitions[text] = value
+    return value
+
+
+class Condition(msgspec.Struct, frozen=True, gc=False, rename={"transition": "lastTransitionTime"}):
+    """A node condition; decoded by msgspec straight from the wire.
+
+    ``transition`` is ``lastTransitionTime`` as it came: RFC 3339 text when decoded, epoch seconds
+    when built in code. It is read through :attr:`last_transition`, which parses text on demand: a
+    sweep reads the transition times of two or three conditions of a node, not of all of them, so
+    parsing each one while decoding (a Python call per condition) was the larger part of the cost.
+    """
 
     type: str
     status: str  # "True" | "False" | "Unknown"
-    last_transition: Epoch | None = None  # epoch seconds (a float; constructing with a plain float is fine)
+    transition: float | str | None = None
     reason: str = ""
     message: str = ""
+
+    @property
+    def last_transition(self) -> float | None:
+        """Epoch seconds of ``lastTransitionTime``; None when absent or not a timestamp."""
+        value = self.transition
+        if value is None or type(value) is float:
+            return value  # type: ignore[return-value]
+        if isinstance(value, str):
+            return rfc3339_seconds(value)
+        return float(value)
 
 
 class Taint(msgspec.Struct, frozen=True, gc=False):

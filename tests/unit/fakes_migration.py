@@ -330,7 +330,7 @@ class FakeKube:
         now = self.f.clock.now()
         ready = now >= node.ready_at
         managed = node.labels.get("kubernetes.azure.com/dcgm-exporter") == "enabled"
-        conditions = [Condition("Ready", "True" if ready else "False", last_transition=node.ready_at)]
+        conditions = [Condition("Ready", "True" if ready else "False", transition=node.ready_at)]
         allocatable = {"cpu": "4", "memory": "28Gi"}
         if ready and not node.gpu_broken:
             allocatable["nvidia.com/gpu"] = str(node.gpus)

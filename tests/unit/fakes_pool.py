@@ -202,7 +202,7 @@ def make_node(name: str, *, pool: str = "gpunp", ready: bool = True, labels: Map
               allocatable: Mapping[str, str] | None = None, conditions: Sequence[Condition] = (),
               taints: Sequence[Taint] = ()) -> NodeView:
     all_labels = {"kubernetes.azure.com/agentpool": pool, "agentpool": pool, **(labels or {})}
-    conds = (Condition(type="Ready", status="True" if ready else "False", last_transition=1_764_683_000.0),
+    conds = (Condition(type="Ready", status="True" if ready else "False", transition=1_764_683_000.0),
              *conditions)
     return NodeView(name=name, uid=f"uid-{name}", resource_version="1", labels=all_labels, annotations={},
                     unschedulable=False, taints=tuple(taints), conditions=conds,

@@ -51,8 +51,8 @@ def make_node(name: str, *, pool: str = "gpu", created: float = T0 - 86400, read
               taints: Sequence[Taint] = (), gpus: int = 1, uid: str | None = None) -> NodeView:
     """A GPU node; ``conditions`` maps type -> (status, lastTransitionTime); default both GPU conditions False."""
     conds = {DEVICE_PLUGIN: ("False", created), DCGM: ("False", created)} if conditions is None else dict(conditions)
-    all_conds = [Condition(type="Ready", status="True" if ready else "False", last_transition=created)]
-    all_conds += [Condition(type=t, status=s, last_transition=at) for t, (s, at) in conds.items()]
+    all_conds = [Condition(type="Ready", status="True" if ready else "False", transition=created)]
+    all_conds += [Condition(type=t, status=s, transition=at) for t, (s, at) in conds.items()]
     return NodeView(
         name=name, uid=uid or f"uid-{name}", resource_version="1",
         labels={"kubernetes.azure.com/agentpool": pool, "kubernetes.azure.com/accelerator": "nvidia", **(labels or {})},
@@ -72,7 +72,7 @@ def make_pod(name: str, node: str, *, namespace: str = "default", owner: str | N
 
 def with_condition(node: NodeView, type_: str, status: str, at: float) -> NodeView:
     others = tuple(c for c in node.conditions if c.type != type_)
-    return msgspec.structs.replace(node, conditions=(*others, Condition(type=type_, status=status, last_transition=at)))
+    return msgspec.structs.replace(node, conditions=(*others, Condition(type=type_, status=status, transition=at)))
 
 
 class FakeKube:

@@ -1,9 +1,9 @@
 """The sweep's fast node decoding says what the kubernetes client's models say, timestamps included.
 
-shared.kube decodes list pages straight into ``ports.Condition`` / ``ports.Taint`` and turns every
-``lastTransitionTime`` into an ``Epoch`` through a small cache of parsed timestamps; a page the strict
-shapes refuse (a null ``reason``, ``message`` or taint ``value``) is decoded again the tolerant way.
-These tests pin both paths and the cache to the reference: ``ApiClient.deserialize`` of the same JSON.
+shared.kube decodes list pages straight into ``ports.Condition`` / ``ports.Taint``; a condition keeps
+``lastTransitionTime`` as text and parses it (through a small bounded cache) only when it is read. A
+page the strict shapes refuse (a null ``reason``, ``message`` or taint ``value``) is decoded again the
+tolerant way. These tests pin both paths and the cache to the reference: ``ApiClient.deserialize``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import health, kube
+from shared import health, kube, ports
 from shared.kube import decode_node, decode_node_list
-from shared.ports import Condition, Epoch, NodeView
+from shared.ports import NodeView
 from shared.remediation_policy import RemediationPolicy
-from tests.unit.test_kube_decoding import _client_models, _node_list, expected_node, node_json
+from tests.unit.test_kube_decoding import _client_models, _node_list, expected_node, node_json, plain, plain_all
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -48,7 +48,7 @@ def _views_and_reference(nodes: list[dict[str, Any]]) -> tuple[list[NodeView], l
     doc = _node_list(nodes, token="t")
     views, token = decode_node_list(json.dumps(doc).encode())
     assert token == "t"
-    return views, [expected_node(n) for n in _client_models(doc, "V1NodeList").items]
+    return plain_all(views), [expected_node(n) for n in _client_models(doc, "V1NodeList").items]
 
 
 def test_nodes_with_distinct_transition_times_equal_the_client_models() -> None:
@@ -58,14 +58,16 @@ def test_nodes_with_distinct_transition_times_equal_the_client_models() -> None:
     assert len(set(times)) == len(times)  # nothing was shared through the cache by mistake
 
 
-def test_the_timestamp_cache_stays_bounded_and_right_when_it_overflows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_timestamp_caches_stay_bounded_and_right_when_they_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kube, "_EPOCH_CACHE_MAX", 8)
+    monkeypatch.setattr(ports, "_TRANSITIONS_MAX", 8)
     kube._epochs.clear()  # the hook reads this very dict (bound once, for speed): empty it, never replace it
+    ports._transitions.clear()
     views, reference = _views_and_reference([_distinct_times(node_json(i), i) for i in range(12)])
     assert views == reference
     again, _ = _views_and_reference([_distinct_times(node_json(i), i) for i in range(12)])
     assert again == reference
-    assert len(kube._epochs) <= 8
+    assert len(kube._epochs) <= 8 and len(ports._transitions) <= 8
 
 
 def test_null_reasons_messages_and_taint_values_take_the_tolerant_path_to_the_same_view() -> None:
@@ -78,12 +80,25 @@ def test_null_reasons_messages_and_taint_values_take_the_tolerant_path_to_the_sa
     assert views == reference
     assert views[2].conditions[0].reason == "" and views[4].taints[0].value == ""
     assert views[5].conditions[2].last_transition is None
-    assert decode_node(json.dumps(nodes[2]).encode()) == reference[2]
+    assert plain(decode_node(json.dumps(nodes[2]).encode())) == reference[2]
 
 
-def test_a_malformed_transition_time_is_refused_not_guessed() -> None:
+def test_a_malformed_transition_time_is_never_guessed_and_the_node_is_not_called_healthy() -> None:
+    doc = _distinct_times(node_json(11), 11)  # the device plugin condition is True
+    cond_doc = next(c for c in doc["status"]["conditions"] if c["type"] == "UnhealthyNvidiaDevicePlugin")
+    cond_doc["lastTransitionTime"] = "yesterday"
+    view = decode_node(json.dumps(doc).encode())
+    cond = view.condition("UnhealthyNvidiaDevicePlugin")
+    assert cond is not None and cond.status == "True" and cond.last_transition is None
+    policy = RemediationPolicy(startup_grace_s=0, skip_not_ready=False)
+    evaluation = health.evaluate([view], now=T0.timestamp() + 86_400, policy=policy)
+    assert evaluation.unknown == [(view, "UnhealthyNvidiaDevicePlugin")]
+    assert evaluation.healthy == [] and evaluation.unhealthy == []
+
+
+def test_a_malformed_creation_time_is_refused_not_guessed() -> None:
     doc = node_json(1)
-    doc["status"]["conditions"][0]["lastTransitionTime"] = "yesterday"
+    doc["metadata"]["creationTimestamp"] = "yesterday"
     with pytest.raises(msgspec.ValidationError):
         decode_node(json.dumps(doc).encode())
 
@@ -93,9 +108,8 @@ def test_decoded_times_are_floats_and_findings_carry_plain_storable_floats() -> 
     view = decode_node(json.dumps(doc).encode())
     cond = view.condition("UnhealthyNvidiaDevicePlugin")
     assert cond is not None and cond.status == "True"
-    assert isinstance(cond.last_transition, float) and type(cond.last_transition) is Epoch
+    assert type(cond.last_transition) is float
     assert type(view.created) is float and view.deletion_timestamp is None
-    assert cond == Condition(cond.type, "True", float(cond.last_transition), cond.reason, cond.message)
     policy = RemediationPolicy(startup_grace_s=0, skip_not_ready=False)
     evaluation = health.evaluate([view], now=cond.last_transition + 3600, policy=policy)
     since = evaluation.unhealthy[0].since
