@@ -105,10 +105,15 @@ class _NodeSpec(msgspec.Struct, gc=False):
     provider_id: str | None = msgspec.field(default=None, name="providerID")
 
 
-class _NodeStatus(msgspec.Struct, gc=False):
+class _NodeInfo(msgspec.Struct, gc=False):
+    boot_id: str | None = msgspec.field(default=None, name="bootID")
+
+
+class _NodeStatus(msgspec.Struct, rename="camel", gc=False):
     conditions: tuple[Condition, ...] | None = None
     allocatable: dict[str, str] | None = None
     capacity: dict[str, str] | None = None
+    node_info: _NodeInfo | None = None
 
 
 class _Node(msgspec.Struct, gc=False):
@@ -142,10 +147,11 @@ class _TolerantNodeSpec(msgspec.Struct, gc=False):
     provider_id: str | None = msgspec.field(default=None, name="providerID")
 
 
-class _TolerantNodeStatus(msgspec.Struct, gc=False):
+class _TolerantNodeStatus(msgspec.Struct, rename="camel", gc=False):
     conditions: list[_Condition] | None = None
     allocatable: dict[str, str] | None = None
     capacity: dict[str, str] | None = None
+    node_info: _NodeInfo | None = None
 
 
 class _TolerantNode(msgspec.Struct, gc=False):
@@ -263,6 +269,7 @@ def node_view(node: _Node | _TolerantNode) -> NodeView:
         bool(spec.unschedulable), _taints(spec.taints), _conditions(status.conditions),
         status.allocatable or {}, status.capacity or {}, float(created) if created else 0.0,
         spec.provider_id or "", _float(meta.deletion_timestamp),
+        (status.node_info.boot_id or "") if status.node_info is not None else "",
     )
 
 

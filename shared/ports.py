@@ -101,6 +101,7 @@ class NodeView(msgspec.Struct, frozen=True):
     created: float  # creationTimestamp, epoch seconds
     provider_id: str = ""
     deletion_timestamp: float | None = None  # set while the node is being deleted (AKS scale-down, upgrade)
+    boot_id: str = ""  # status.nodeInfo.bootID: changes with every boot, even one too fast for Ready to notice
 
     @property
     def pool(self) -> str:

@@ -699,14 +699,16 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
             return _next_rung(record, ctx, kube, now=now, why="the node's VMSS VM was not found")
         if phase == REQUESTED:
             return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=int(d.get("op_seq") or 1),
-                                    requested_at=float(d.get("requested_at") or now), policy=policy, now=now)
+                                    requested_at=float(d.get("requested_at") or now),
+                                    boot_before=str(d.get("boot_id_before") or ""), policy=policy, now=now)
         return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=1, policy=policy, now=now)
     started = float(d.get("rung_started_at") or now)
     if node is not None:
         # Same VM, same name: a reimage may re-register the Node object (new uid), which counts as rebooted.
         recovered, why = health.is_recovered(node, policy=policy)
         ready = node.condition("Ready")
-        rebooted = (ready is not None and (ready.last_transition or 0.0) >= started) or node.uid != d["node_uid"]
+        rebooted = ((ready is not None and (ready.last_transition or 0.0) >= started) or node.uid != d["node_uid"]
+                    or _booted_since(node, str(d.get("boot_id_before") or "")))
         if recovered and (rebooted or now - started >= policy.settle_s):
             note = f"{rung} repaired the node in {now - started:.0f}s ({why})"
             _kube_event(kube, node, record, f"Steward{RUNG_EVENTS[rung]}", note)
@@ -744,12 +746,24 @@ def _op_key(record: Record, rung: str, seq: int) -> str:
     return f"op-{record.id}-{int(record.data.get('rung_index') or 0)}-{rung}-{seq}"
 
 
-def _vm_action_seen(node: NodeView | None, d: Mapping[str, Any], *, since: float) -> tuple[bool, str]:
-    """(whether the node cannot rule out a restart/reimage requested at ``since``, why)."""
+def _booted_since(node: NodeView, boot_before: str) -> bool:
+    """The node's bootID differs from the one seen before the request: it booted, however briefly."""
+    return bool(boot_before and node.boot_id and node.boot_id != boot_before)
+
+
+def _vm_action_seen(node: NodeView | None, d: Mapping[str, Any], *, since: float,
+                    boot_before: str = "") -> tuple[bool, str]:
+    """(whether the node cannot rule out a restart/reimage requested at ``since``, why).
+
+    ``boot_before`` is the node's bootID read just before the request: a reboot fast enough that
+    Ready never left True (and so kept its transition time) still changes it.
+    """
     if node is None:
         return True, "the node is not registered (reimaging, or removed)"
     if node.uid != d["node_uid"]:
         return True, "the node re-registered (new uid)"
+    if _booted_since(node, boot_before):
+        return True, "the node booted again (new bootID)"
     ready = node.condition("Ready")
     if ready is None or ready.last_transition is None:
         return True, "the node's Ready condition has no transition time"
@@ -773,15 +787,17 @@ def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: Node
     """Insert the operation marker, then call begin_restart / begin_reimage (see the comment above)."""
     d = record.data
     key = _op_key(record, rung, seq)
+    boot = node.boot_id if node is not None else ""
     try:
         marker = ctx.ledger.create(Record(kind=DEDUPE_KIND, id=key, state=REQUESTED, created_at=now, updated_at=now,
                                           data={"remediation": record.id, "rung": rung, "vm_id": vm,
-                                                "requested_at": now, "by": ctx.instance}))
+                                                "requested_at": now, "by": ctx.instance, "boot_id": boot}))
     except Conflict:
         prior = ctx.ledger.get(DEDUPE_KIND, key)
         at = float(prior.data.get("requested_at") or prior.created_at) if prior is not None else now
+        before = str(prior.data.get("boot_id") or "") if prior is not None else ""
         return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=seq, requested_at=at,
-                                policy=policy, now=now)
+                                boot_before=before, policy=policy, now=now)
     compute = ctx.access.compute()
     try:
         (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm)
@@ -798,20 +814,21 @@ def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: Node
         raise
     except Transient as exc:  # it may have reached Azure: judge by the node, never by a second call
         return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, rung_phase=REQUESTED,
-                     requested_at=now, op_seq=seq, vm_id=vm,
+                     requested_at=now, op_seq=seq, vm_id=vm, boot_id_before=boot,
                      note=f"the {rung} call for {vm} failed in transit ({exc}): watching the node for it")
     note = f"{rung} of {vm} started" + (f" (issued again: request {seq - 1} never took effect)" if seq > 1 else "")
     _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)
     return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="wait",
-                 rung_started_at=now, requested_at=now, op_seq=seq, vm_id=vm)
+                 rung_started_at=now, requested_at=now, op_seq=seq, vm_id=vm, boot_id_before=boot)
 
 
 def _check_requested(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, vm: str, rung: str,
-                     seq: int, requested_at: float, policy: RemediationPolicy, now: float) -> Record:
+                     seq: int, requested_at: float, boot_before: str, policy: RemediationPolicy,
+                     now: float) -> Record:
     """A restart/reimage may have been issued at ``requested_at`` by a step whose result was lost."""
     d = record.data
-    fields: dict[str, Any] = {"requested_at": requested_at, "op_seq": seq, "vm_id": vm}
-    seen, why = _vm_action_seen(node, d, since=requested_at)
+    fields: dict[str, Any] = {"requested_at": requested_at, "op_seq": seq, "vm_id": vm, "boot_id_before": boot_before}
+    seen, why = _vm_action_seen(node, d, since=requested_at, boot_before=boot_before)
     if seen:
         note = f"{rung} of {vm} requested at {iso(requested_at)} by a step that did not finish: {why}; not repeated"
         _kube_event(kube, node or d["node"], record, f"Steward{rung.title()}Started", note)

@@ -48,7 +48,7 @@ def vm_id(node: str) -> str:
 def make_node(name: str, *, pool: str = "gpu", created: float = T0 - 86400, ready: bool = True,
               conditions: Mapping[str, tuple[str, float]] | None = None, labels: Mapping[str, str] | None = None,
               annotations: Mapping[str, str] | None = None, unschedulable: bool = False,
-              taints: Sequence[Taint] = (), gpus: int = 1, uid: str | None = None) -> NodeView:
+              taints: Sequence[Taint] = (), gpus: int = 1, uid: str | None = None, boot_id: str = "boot-1") -> NodeView:
     """A GPU node; ``conditions`` maps type -> (status, lastTransitionTime); default both GPU conditions False."""
     conds = {DEVICE_PLUGIN: ("False", created), DCGM: ("False", created)} if conditions is None else dict(conditions)
     all_conds = [Condition(type="Ready", status="True" if ready else "False", transition=created)]
@@ -58,7 +58,8 @@ def make_node(name: str, *, pool: str = "gpu", created: float = T0 - 86400, read
         labels={"kubernetes.azure.com/agentpool": pool, "kubernetes.azure.com/accelerator": "nvidia", **(labels or {})},
         annotations=dict(annotations or {}), unschedulable=unschedulable, taints=tuple(taints),
         conditions=tuple(all_conds), allocatable={"nvidia.com/gpu": str(gpus), "cpu": "4"},
-        capacity={"nvidia.com/gpu": str(gpus), "cpu": "4"}, created=created, provider_id="azure://" + vm_id(name))
+        capacity={"nvidia.com/gpu": str(gpus), "cpu": "4"}, created=created, provider_id="azure://" + vm_id(name),
+        boot_id=boot_id)
 
 
 def make_pod(name: str, node: str, *, namespace: str = "default", owner: str | None = "ReplicaSet",
@@ -209,10 +210,18 @@ class FakeKube:
     def reboot_without_healing(self, name: str) -> None:
         self.nodes[name] = with_condition(self.nodes[name], "Ready", "True", self.clock.now())
 
+    def heal_in_a_blink(self, name: str, *, policy: RemediationPolicy) -> None:
+        """A reboot too fast for the node controller: Ready keeps its old transition time, bootID changes."""
+        node = self.nodes[name]
+        for type_ in policy.conditions:
+            node = with_condition(node, type_, "False", self.clock.now())
+        self.nodes[name] = msgspec.structs.replace(node, boot_id=f"{node.boot_id}+")
+
 
 @dataclass
 class FakeCompute:
-    """VMSS VM restart/reimage; ``outcomes[rung]`` is ``heals``, ``fails`` (reboots, still broken) or ``refused``."""
+    """VMSS VM restart/reimage; ``outcomes[rung]`` is ``heals``, ``heals-in-a-blink`` (Ready never changes),
+    ``fails`` (reboots, still broken) or ``refused``."""
 
     fleet: Fleet
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -228,6 +237,8 @@ class FakeCompute:
             return
         if outcome == "heals":
             self.fleet.kube.heal(node, policy=self.fleet.policy)
+        elif outcome == "heals-in-a-blink":
+            self.fleet.kube.heal_in_a_blink(node, policy=self.fleet.policy)
         else:
             self.fleet.kube.reboot_without_healing(node)
 

@@ -137,6 +137,7 @@ def expected_node(model: Any) -> NodeView:
                          for c in (status and status.conditions) or ()),
         allocatable=(status and status.allocatable) or {}, capacity=(status and status.capacity) or {},
         created=_ts(meta.creation_timestamp) or 0.0, provider_id=(spec and spec.provider_id) or "",
+        boot_id=(status and status.node_info and status.node_info.boot_id) or "",
     )
 
 

@@ -590,20 +590,38 @@ def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monke
 _BEFORE, _REQUESTED_AT = T0 - 3600, T0
 
 
-@pytest.mark.parametrize(("ready", "uid", "seen"), [
-    pytest.param(("True", _BEFORE), "uid-n", False, id="Ready since before the request: it did not happen"),
-    pytest.param(("False", _REQUESTED_AT + 5), "uid-n", True, id="Ready went False after the request"),
-    pytest.param(("True", _REQUESTED_AT + 60), "uid-n", True, id="Ready went False and True again after it"),
-    pytest.param(("Unknown", _BEFORE), "uid-n", True, id="not Ready since before: cannot tell, not repeated"),
-    pytest.param(("True", _BEFORE), "uid-new", True, id="the node re-registered with a new uid"),
-    pytest.param(None, "uid-n", True, id="the node is gone: cannot tell, not repeated"),
+@pytest.mark.parametrize(("ready", "uid", "boot", "seen"), [
+    pytest.param(("True", _BEFORE), "uid-n", "b1", False, id="Ready since before the request: it did not happen"),
+    pytest.param(("False", _REQUESTED_AT + 5), "uid-n", "b1", True, id="Ready went False after the request"),
+    pytest.param(("True", _REQUESTED_AT + 60), "uid-n", "b1", True, id="Ready went False and True again after it"),
+    pytest.param(("Unknown", _BEFORE), "uid-n", "b1", True, id="not Ready since before: cannot tell, not repeated"),
+    pytest.param(("True", _BEFORE), "uid-new", "b1", True, id="the node re-registered with a new uid"),
+    pytest.param(("True", _BEFORE), "uid-n", "b2", True, id="Ready never moved but the node booted again"),
+    pytest.param(("True", _BEFORE), "uid-n", "", False, id="no bootID reported: judged by Ready alone"),
+    pytest.param(None, "uid-n", "b1", True, id="the node is gone: cannot tell, not repeated"),
 ])
-def test_only_a_node_ready_since_before_the_request_proves_a_restart_did_not_happen(
-        ready: tuple[str, float] | None, uid: str, seen: bool) -> None:
+def test_only_a_node_ready_and_on_the_same_boot_since_before_the_request_proves_a_restart_did_not_happen(
+        ready: tuple[str, float] | None, uid: str, boot: str, seen: bool) -> None:
     node = None
     if ready is not None:
-        node = with_condition(make_node("n", uid=uid), "Ready", ready[0], ready[1])
-    assert remediation._vm_action_seen(node, {"node_uid": "uid-n"}, since=_REQUESTED_AT)[0] is seen
+        node = with_condition(make_node("n", uid=uid, boot_id=boot), "Ready", ready[0], ready[1])
+    assert remediation._vm_action_seen(node, {"node_uid": "uid-n"}, since=_REQUESTED_AT, boot_before="b1")[0] is seen
+
+
+def test_a_reboot_too_fast_for_ready_to_notice_is_recognised_by_its_boot_id_and_never_repeated() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("restart",)))
+    fleet.compute.outcomes["restart"] = "heals-in-a-blink"
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    before = _step_until_rung_starts(fleet, "restart")
+    remediation.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
+    ready = fleet.kube.nodes["aks-gpu-1"].condition("Ready")
+    assert ready is not None and ready.status == "True" and (ready.last_transition or 0) < before.updated_at
+    fleet.clock.advance(130 + remediation._reissue_grace(fleet.policy))  # long past the re-issue grace
+    resumed = remediation.advance(before, fleet.ctx("host-b"))
+    assert "new bootID" in resumed.data["last_note"] and "not repeated" in resumed.data["last_note"]
+    fleet.ledger.save(resumed)
+    assert run_until_settled(fleet) == [remediation.DONE]
+    assert [w[0] for w in fleet.compute.writes] == ["restart"], "the VM was restarted exactly once"
 
 
 def _step_until_phase(fleet: Fleet, phase: str) -> msgspec.Struct:
