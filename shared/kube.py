@@ -39,7 +39,7 @@ import msgspec
 from shared import retry
 from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
 from shared.permissions import requires_kube
-from shared.ports import Condition, Epoch, EvictionResult, NodeView, OwnerRef, PodView, Taint
+from shared.ports import Condition, Epoch, EvictionResult, NodeView, OwnerRef, PodView, Taint, rfc3339_seconds
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -208,10 +208,13 @@ _epochs: dict[str, Epoch] = {}
 
 
 def _parse_epoch(text: str) -> Epoch:
-    """``text`` (RFC 3339, parsed as msgspec parses datetimes) as epoch seconds, remembered."""
+    """``text`` (RFC 3339, read by ``ports.rfc3339_seconds``) as an ``Epoch``, remembered; refused if malformed."""
     if not isinstance(text, str):
         raise NotImplementedError  # msgspec then reports the type error with its path
-    value = Epoch(msgspec.convert(text, datetime).timestamp())
+    seconds = rfc3339_seconds(text)
+    if seconds is None:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")  # msgspec reports it with its path
+    value = Epoch(seconds)
     if len(_epochs) >= _EPOCH_CACHE_MAX:
         _epochs.clear()  # a crude bound: the next pages re-fill what they use
     _epochs[text] = value
