@@ -231,9 +231,16 @@ def check_ledger(evidence: Evidence) -> list[Violation]:
     out = []
     nodes = _node_index(evidence)
     rems = {rec.id: rec for rec in evidence.records.get("remediation", [])}
+    # A node's cordon belongs to its latest remediation: one that gave up hands the node to an operator,
+    # but a later fault on it may be admitted, repaired and verified, and that one uncordons it (seed 3024).
+    latest: dict[tuple[str, str], float] = {}
+    for rec in rems.values():
+        key = (str(rec.data.get("cluster", "")), str(rec.data.get("node", "")))
+        latest[key] = max(latest.get(key, rec.created_at), rec.created_at)
     for rec in rems.values():
         cluster = _cluster_name(str(rec.data.get("cluster", "")))
         name = str(rec.data.get("node", ""))
+        superseded = latest[(str(rec.data.get("cluster", "")), name)] > rec.created_at
         node = nodes.get((cluster, name))
         replaced = (rec.data.get("replace") or {}).get("replacement") if isinstance(rec.data.get("replace"), dict) else None
         target = str(rec.data.get("target") or replaced or name)
@@ -246,7 +253,7 @@ def check_ledger(evidence: Evidence) -> list[Violation]:
             if target != name and node is not None:
                 out.append(Violation("ledger-vs-cluster", f"remediation {rec.id} is done by replacing {name} with "
                                                           f"{target}, but {name} still exists"))
-        if rec.state == "gave_up" and node is not None and rec.data.get("cordoned_by_us") and \
+        if rec.state == "gave_up" and node is not None and rec.data.get("cordoned_by_us") and not superseded and \
                 not node["spec"].get("unschedulable"):
             out.append(Violation("ledger-vs-cluster", f"remediation {rec.id} gave up (the node must stay cordoned) "
                                                       f"but {name} is schedulable"))

@@ -94,6 +94,18 @@ def test_a_node_left_cordoned_by_a_finished_remediation_disagrees_with_the_ledge
     assert {v.invariant for v in found} == {"ledger-vs-cluster"} and len(found) == 2
 
 
+def test_a_node_given_up_on_must_stay_cordoned_unless_a_later_remediation_repaired_it() -> None:
+    cluster = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/soak1"
+    gave_up = Record(kind="remediation", id="abc-1", state="gave_up", created_at=10.0,
+                     data={"cluster": cluster, "node": "n1", "pool": "gpu1", "cordoned_by_us": True})
+    schedulable = {"metadata": {"name": "n1", "annotations": {}}, "spec": {}}
+    alone = check_ledger(_make_evidence(records={"remediation": [gave_up]}, nodes={"soak1": [schedulable]}))
+    assert [v.invariant for v in alone] == ["ledger-vs-cluster"] and "gave up" in alone[0].detail
+    later = Record(kind="remediation", id="abc-2", state="done", created_at=500.0,
+                   data={"cluster": cluster, "node": "n1", "pool": "gpu1", "cordoned_by_us": True})
+    assert check_ledger(_make_evidence(records={"remediation": [gave_up, later]}, nodes={"soak1": [schedulable]})) == []
+
+
 def test_two_remediations_of_one_fault_break_the_one_repair_rule() -> None:
     recs = [Record(kind="remediation", id=f"k-{i}", state="done", data={"fault": "f1", "pool": "zz"}) for i in (1, 2)]
     found = check_repairs(_make_evidence(records={"remediation": recs}))

@@ -19,3 +19,11 @@ def test_seed_1040_two_replacements_in_one_pool_do_not_share_a_new_node() -> Non
     replacement node (shared/remediation.py, docs/remediation.md)."""
     result = run_seed(1040, mix=IN_PROCESS, wall_budget_s=240.0)
     assert not result.failed, failure_text(result)
+
+
+def test_seed_3024_a_node_given_up_on_and_repaired_by_a_later_remediation_may_be_uncordoned() -> None:
+    """Fixed in the soak's audit: remediation -1 gave up (the node stayed cordoned for an operator); a new
+    fault on the node was admitted as -2, which repaired and verified it and uncordoned it. The audit took
+    the first record's "must stay cordoned" as final; a node's cordon belongs to its latest remediation."""
+    result = run_seed(3024, mix=IN_PROCESS, wall_budget_s=240.0)
+    assert not result.failed, failure_text(result)
