@@ -82,12 +82,8 @@ class _Rules:
                    tuple((type_, policy.threshold_for(type_)) for type_ in policy.conditions))
 
 
-def skip_reason(node: NodeView, *, now: float, policy: RemediationPolicy) -> str | None:
-    """Why this node is not ours to judge right now, or None. Order matters: the first reason wins."""
-    return _skip(node, now=now, rules=_Rules.of(policy))
-
-
 def _skip(node: NodeView, *, now: float, rules: _Rules) -> str | None:
+    """Why this node is not ours to judge right now, or None. Order matters: the first reason wins."""
     labels = node.labels
     if labels and labels.get(rules.opt_out_label, "").lower() == "true":
         return SKIP_OPTED_OUT

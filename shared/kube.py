@@ -584,7 +584,9 @@ class KubeClient:
         self._policy = k8s.PolicyV1Api(self._api)
         self._custom = k8s.CustomObjectsApi(self._api)
         self._http_timeout = urllib3.Timeout(connect=_TIMEOUT[0], read=_TIMEOUT[1])
-        self._pool: Any = None
+        # The server's own connection pool for _get_json; None behind a proxy, which needs absolute URLs.
+        manager = self._api.rest_client.pool_manager
+        self._pool: Any = None if isinstance(manager, urllib3.ProxyManager) else manager.connection_from_url(server)
         self._path_prefix = urlsplit(server).path.rstrip("/")
 
     # -- plumbing
@@ -636,27 +638,15 @@ class KubeClient:
         headers = {"Accept": "application/json", "User-Agent": self._api.user_agent,
                    "Authorization": f"Bearer {self._tokens.get()}"}
         target = f"{path}?{params}" if params else path
-        pool = self._direct_pool()
-        if pool is not None:
-            response = pool.urlopen("GET", self._path_prefix + target, headers=headers, retries=False,
-                                    timeout=self._http_timeout, preload_content=True)
+        if self._pool is not None:
+            response = self._pool.urlopen("GET", self._path_prefix + target, headers=headers, retries=False,
+                                          timeout=self._http_timeout, preload_content=True)
         else:
             response = self._api.rest_client.pool_manager.request(
                 "GET", self.server + target, headers=headers, timeout=self._http_timeout, preload_content=True)
         if not 200 <= response.status < 300:
             raise ApiException(http_resp=response)
         return response.data or b""
-
-    def _direct_pool(self) -> Any:
-        """The server's urllib3 connection pool, or None behind a proxy (which needs absolute URLs)."""
-        import urllib3
-
-        if self._pool is None:
-            manager = self._api.rest_client.pool_manager
-            if isinstance(manager, urllib3.ProxyManager):
-                return None
-            self._pool = manager.connection_from_url(self.server)
-        return self._pool
 
     # -- nodes
 
