@@ -81,12 +81,9 @@ def serve(args: argparse.Namespace) -> int:
                          "kube_server": server_url})
     identity_header = ""
     eventgrid_key = ""
-    try:
-        from sim.identity import identity_secret
+    from sim.identity import app_principal_id, identity_secret
 
-        identity_header = identity_secret(fleet)
-    except ImportError:
-        pass
+    identity_header = identity_secret(fleet)
     try:
         from sim.eventgrid import eventgrid_key as eg_key
 
@@ -101,6 +98,9 @@ def serve(args: argparse.Namespace) -> int:
         "clock": fleet.clock.published(), "control": f"{base}/_sim",
         "control_http": f"http://127.0.0.1:{server.http_port}/_sim",
         "kube_token": token, "seed": fleet.seed, "pid": os.getpid(),
+        # the object id of the app's managed identity: what RBAC bindings and role assignments name
+        # (kubectl auth can-i --as <it> ...)
+        "app_principal_id": app_principal_id(fleet),
         "subscriptions": sorted({c.subscription for c in fleet.clusters.values()}),
         "clusters": clusters,
     }

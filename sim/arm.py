@@ -18,6 +18,15 @@ and 2026-07-01; ``nvidia.migStrategy``, ``driverMode``, ``migProfiles`` and ``gp
 are ignored on the stable 2026-08-01 (it has ``nvidia.managementMode`` only). Ignored fields keep
 their stored value on update (a PUT with an older api-version does not erase them). Clients find
 out by reading the pool back, as they must in Azure.
+
+A pool PUT is create-or-replace: a field the request's api-version knows but the body leaves out is
+reset to its default (or removed), exactly as on create, and an immutable field reset that way is
+refused like any other change. Only fields the api-version cannot express are kept
+(Azure/azure-resource-manager-rpc v1.0/version-change.md: a GET-PUT through a model that lacks a
+field overwrites it, which is why a new field needs a new api-version). Managed MIG on
+2026-08-02-preview is ``nvidia.migProfiles`` (examples/AgentPoolsCreate_SingleMIG.json), mutually
+exclusive with ``gpuInstanceProfile``. The managed GPU experience needs the subscription's preview
+feature ``Microsoft.ContainerService/ManagedGPUExperiencePreview`` (Microsoft.Features routes below).
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from sim import gpu_catalog
+from sim import armrbac, gpu_catalog
 from sim.http import Request, Response
 from sim.lro import AKS_PROVIDER, COMPUTE_PROVIDER, Operation, OperationFailure, Operations
 from sim.tokens import AKS_AUDIENCES, ARM_AUDIENCES
@@ -72,6 +81,12 @@ AKS_API_VERSIONS: dict[str, AksApiVersion] = {v.name: v for v in (
 )}
 # azure-mgmt-compute 39.0.0 sends 2026-04-01 for VMSS VM operations; older ones for other callers.
 COMPUTE_API_VERSIONS = ("2024-07-01", "2024-11-01", "2025-04-01", "2026-04-01")
+# Microsoft.Features (azure-rest-api-specs specification/resources/resource-manager/Microsoft.Features/stable/);
+# `az feature show/register` sends 2021-07-01.
+FEATURES_API_VERSIONS = ("2015-12-01", "2021-07-01", "2025-03-01")
+MANAGED_GPU_FEATURE = "Microsoft.ContainerService/ManagedGPUExperiencePreview"
+# Registered on every subscription unless its scenario says otherwise (subscriptions[].features).
+DEFAULT_FEATURES: dict[str, str] = {MANAGED_GPU_FEATURE: "Registered"}
 
 POOL_TYPE = "Microsoft.ContainerService/managedClusters/agentPools"
 NODE_IMAGE = "AKSUbuntu-2204gen2containerd-202611.05.0"
@@ -92,6 +107,14 @@ class ArmError(Exception):
         if self.target:
             err["target"] = self.target
         return Response.json(self.status, {"error": err}, self.headers)
+
+
+def _bare_etag(tag: str) -> str:
+    """An entity tag without weakness prefix and quotes (``W/"x"`` / ``"x"`` / ``x`` -> ``x``)."""
+    tag = tag.strip()
+    if tag.startswith("W/"):
+        tag = tag[2:]
+    return tag.strip('"')
 
 
 def _invalid(message: str, target: str) -> ArmError:
@@ -125,6 +148,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
                             r"/virtualmachines/(?P<instance>[^/]+)/(?P<action>restart|reimage)", ("POST",)),
         ("compute_operation", _SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)"
                                      r"/operations/(?P<op>[^/]+)", ("GET",)),
+        ("features", _SUB + r"/providers/microsoft\.features/providers/(?P<ns>[^/]+)/features", ("GET",)),
+        ("feature", _SUB + r"/providers/microsoft\.features/providers/(?P<ns>[^/]+)/features/(?P<feature>[^/]+)",
+         ("GET",)),
+        ("feature_action", _SUB + r"/providers/microsoft\.features/providers/(?P<ns>[^/]+)/features/(?P<feature>[^/]+)"
+                                  r"/(?P<action>register|unregister)", ("POST",)),
     )
 ]
 
@@ -170,7 +198,26 @@ _IMMUTABLE: tuple[tuple[str, ...], ...] = (
     ("osType",),
     ("maxPods",),
     ("osDiskType",),
+    # create-node-pools.md / aks-api.md §4: placement, spot and network settings are fixed at creation.
+    ("availabilityZones",),
+    ("scaleSetPriority",),
+    ("scaleSetEvictionPolicy",),
+    ("vnetSubnetID",),
+    ("podSubnetID",),
+    ("hostGroupID",),
+    ("kubeletDiskType",),
 )
+# What an omitted immutable field means, for comparing it with the stored value (spec defaults:
+# GPUDriver Install, migStrategy None, driverMode DevicePlugin, scaleSetPriority Regular; an nvidia
+# block without managementMode is the unmanaged experience).
+_IMMUTABLE_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("gpuProfile", "driver"): "Install",
+    ("gpuProfile", "nvidia", "managementMode"): "Unmanaged",
+    ("gpuProfile", "nvidia", "migStrategy"): "None",
+    ("gpuProfile", "nvidia", "driverMode"): "DevicePlugin",
+    ("scaleSetPriority",): "Regular",
+    ("availabilityZones",): [],
+}
 
 
 def project(properties: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
@@ -192,7 +239,14 @@ def project(properties: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
 
 
 def _merge_unseen(new: dict[str, Any], old: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
-    """Put back the stored GPU fields that ``api`` cannot see (an old api-version must not erase them)."""
+    """Put back the stored GPU fields that ``api`` cannot see (an old api-version must not erase them).
+
+    Only those: every other field the PUT leaves out is reset (create-or-replace). A field that an
+    api-version lacks would otherwise be wiped by every client of that version, which is why ARM's
+    versioning rules make a new field a new api-version (Azure/azure-resource-manager-rpc
+    v1.0/version-change.md, "New property added to response": a GET-PUT through a model without the
+    field overwrites it).
+    """
     merged = copy.deepcopy(new)
     old_gp = old.get("gpuProfile")
     if not isinstance(old_gp, dict) or not old_gp:
@@ -232,7 +286,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _check_types(props: dict[str, Any]) -> None:
+def _check_types(props: dict[str, Any], api: AksApiVersion | None = None) -> None:
     for key, expected in _TYPES.items():
         value = props.get(key)
         if value is None:
@@ -247,6 +301,13 @@ def _check_types(props: dict[str, Any]) -> None:
     if gp.get("nvidia") is not None and not isinstance(gp["nvidia"], dict):
         raise ArmError(400, "InvalidRequestContent", "'properties.gpuProfile.nvidia' must be an object.",
                        target="properties.gpuProfile.nvidia")
+    profiles = (gp.get("nvidia") or {}).get("migProfiles") if api is None or api.mig_profiles else None
+    if profiles is not None and not (isinstance(profiles, list) and all(isinstance(p, str) for p in profiles)):
+        # The spec's migProfiles is an array of GPUInstanceProfile strings.
+        raise ArmError(400, "InvalidRequestContent",
+                       "The request content was invalid and could not be deserialized: "
+                       "'properties.gpuProfile.nvidia.migProfiles' must be an array of strings.",
+                       target="properties.gpuProfile.nvidia.migProfiles")
 
 
 def _size(props: dict[str, Any]) -> gpu_catalog.SizeInfo:
@@ -341,7 +402,7 @@ class ArmApi:
         return response
 
     def _handle(self, request: Request) -> Response:
-        self._authenticate(request)
+        verdict = self._authenticate(request)
         found = _route(request.path)
         if found is None:
             raise ArmError(404, "NotFound", f"No HTTP resource was found that matches the request URI "
@@ -351,7 +412,8 @@ class ArmApi:
             raise ArmError(405, "MethodNotAllowed",
                            f"The requested resource does not support http method '{request.method}'.")
         compute = name in ("vm_action", "compute_operation")
-        self._check_api_version(request, compute=compute)
+        self._check_api_version(request, compute=compute, features=name.startswith("feature"))
+        self._authorize(request, verdict, name, params)
         cluster_name = params.get("cluster")
         if name == "vm_action":
             c = self._cluster_by_node_rg(params["sub"], params["rg"])
@@ -362,11 +424,44 @@ class ArmApi:
         if hit:
             return hit
         response = getattr(self, f"_r_{name}")(request, **params)
+        if name in armrbac.FILTERED_ROUTES:
+            response = self._readable_only(response, verdict)
         if hit is not None:  # delay-only fault: the normal answer, late
             response.delay_s += hit.delay_s
         return response
 
-    def _authenticate(self, request: Request) -> None:
+    # ---- authorization (sim/armrbac.py): the app's identity holds what infra/ assigns it
+    def _is_app(self, verdict: Any) -> bool:
+        from sim.identity import app_principal_id
+
+        return bool(verdict.principal == app_principal_id(self.fleet))
+
+    def _authorize(self, request: Request, verdict: Any, route: str, params: dict[str, str]) -> None:
+        """403 AuthorizationFailed unless the caller holds the route's action over its scope."""
+        if verdict.admin or route in armrbac.UNCHECKED_ROUTES or route in armrbac.FILTERED_ROUTES:
+            return
+        action = armrbac.route_action(route, request.method, params)
+        if action is None:
+            return
+        scope = armrbac.route_scope(route, request.path)
+        if self._is_app(verdict) and armrbac.app_may(self.fleet, action, scope):
+            return
+        status, code, message = armrbac.authorization_failed(client_id=verdict.client_id, object_id=verdict.principal,
+                                                             action=action, scope=scope)
+        raise ArmError(status, code, message)
+
+    def _readable_only(self, response: Response, verdict: Any) -> Response:
+        """A cluster list with only the clusters the caller may read (see armrbac.FILTERED_ROUTES)."""
+        if verdict.admin or response.status != 200:
+            return response
+        doc = json.loads(response.body)
+        action = armrbac.ROUTE_ACTIONS[("cluster", "GET")]
+        keep = [c for c in doc.get("value") or []
+                if self._is_app(verdict) and armrbac.app_may(self.fleet, action, str(c.get("id", "")))]
+        return Response.json(200, {**doc, "value": keep}, {k: v for k, v in response.headers.items()
+                                                            if k.lower() != "content-type"})
+
+    def _authenticate(self, request: Request) -> Any:
         token = request.bearer
         challenge = {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", '
                                          'error="invalid_token", error_description="The authentication failed."'}
@@ -374,21 +469,24 @@ class ArmApi:
             raise ArmError(401, "AuthenticationFailed",
                            "Authentication failed. The 'Authorization' header is missing.", headers=challenge)
         verdict = self.fleet.tokens.verify(token, ARM_AUDIENCES)
-        if verdict.status == 403:
-            raise ArmError(403, "InvalidAuthenticationTokenAudience",
-                           f"The access token has been obtained for wrong audience or resource. {verdict.reason}. "
+        if verdict.wrong_audience:
+            # ARM: 401 InvalidAuthenticationTokenAudience (an authentication failure, never a 403)
+            raise ArmError(401, "InvalidAuthenticationTokenAudience",
+                           f"The access token has been obtained for wrong audience or resource '{verdict.audience}'. "
                            "It should exactly match with one of the allowed audiences "
-                           "'https://management.core.windows.net/','https://management.azure.com/'.")
+                           "'https://management.core.windows.net/','https://management.core.windows.net',"
+                           "'https://management.azure.com/','https://management.azure.com'.", headers=challenge)
         if verdict.status != 200:
             raise ArmError(401, "InvalidAuthenticationToken", f"The access token is invalid: {verdict.reason}.",
                            headers=challenge)
+        return verdict
 
-    def _check_api_version(self, request: Request, *, compute: bool) -> None:
+    def _check_api_version(self, request: Request, *, compute: bool, features: bool = False) -> None:
         version = request.arg("api-version")
         if not version:
             raise ArmError(400, "MissingApiVersionParameter",
                            "The api-version query parameter (?api-version=) is required for all requests.")
-        supported = COMPUTE_API_VERSIONS if compute else tuple(AKS_API_VERSIONS)
+        supported = FEATURES_API_VERSIONS if features else COMPUTE_API_VERSIONS if compute else tuple(AKS_API_VERSIONS)
         if version not in supported:
             raise ArmError(400, "InvalidApiVersionParameter",
                            f"The api-version '{version}' is invalid. The supported versions are "
@@ -479,20 +577,28 @@ class ArmApi:
 
     def _r_maintenance_list(self, request: Request, *, sub: str, rg: str, cluster: str) -> Response:
         c = self._cluster(sub, rg, cluster)
-        return Response.json(200, {"value": [self._maintenance_body(c, n) for n in sorted(c.maintenance_configurations)]})
+        api = self._api(request)
+        return Response.json(200, {"value": [self._maintenance_body(c, n, api)
+                                             for n in sorted(c.maintenance_configurations)]})
 
     def _r_maintenance(self, request: Request, *, sub: str, rg: str, cluster: str, config: str) -> Response:
         c = self._cluster(sub, rg, cluster)
         for name in c.maintenance_configurations:
             if name.lower() == config.lower():
-                return Response.json(200, self._maintenance_body(c, name))
+                return Response.json(200, self._maintenance_body(c, name, self._api(request)))
         raise ArmError(404, "NotFound", f"Maintenance configuration '{config}' not found in cluster '{c.name}'.")
 
-    @staticmethod
-    def _maintenance_body(c: Any, name: str) -> dict[str, Any]:
+    def _maintenance_body(self, c: Any, name: str, api: AksApiVersion) -> dict[str, Any]:
+        stored = c.maintenance_configurations[name]
+        window = stored.get("maintenanceWindow")
+        if isinstance(window, dict) and not window.get("startDate"):
+            # MaintenanceWindow.startDate defaults to "the current date at creation time"
+            # (learn.microsoft.com/azure/aks/planned-maintenance, "Create a maintenance window"): the RP
+            # stores it, so every later GET shows the same date. Set once, in the window's own offset.
+            window["startDate"] = maintenance_start_date(self._now(), window.get("utcOffset"))
         return {"id": f"{c.id}/maintenanceConfigurations/{name}", "name": name,
                 "type": "Microsoft.ContainerService/managedClusters/maintenanceConfigurations",
-                "properties": copy.deepcopy(c.maintenance_configurations[name])}
+                "properties": present_maintenance_configuration(name, stored, api_version=api.name)}
 
     def _r_user_credential(self, request: Request, *, sub: str, rg: str, cluster: str) -> Response:
         c = self._cluster(sub, rg, cluster)
@@ -596,16 +702,34 @@ class ArmApi:
                            "new operation. See https://aka.ms/aks-pending-operation for more details")
 
     def _check_preconditions(self, request: Request, pool: Any | None) -> None:
-        if_match = request.headers.get("if-match")
-        if_none = request.headers.get("if-none-match")
+        """If-Match / If-None-Match on agent pool PUT and DELETE, as AKS answers them.
+
+        AKS compares the header with the pool's ``properties.eTag`` and fails early with 412
+        PreconditionFailed when they differ; with If-Match on a pool that does not exist it answers
+        412 "Resource not found but ETag header is provided" (learn.microsoft.com/azure/aks/use-etags;
+        the AKS answer quoted in Azure/azure-cli#30309; spec parameter ``ifMatch`` of
+        AgentPools_CreateOrUpdate / AgentPools_Delete in azure-rest-api-specs
+        specification/containerservice/.../aks/stable/*/managedClusters.json). ETags compare as
+        opaque strings without their quotes (RFC 9110 §13.1.1 strong comparison; the SDK's
+        ``quote_etag`` adds quotes to a bare value); a list of tags matches if any does.
+        """
+        if_match = (request.headers.get("if-match") or "").strip()
+        if_none = (request.headers.get("if-none-match") or "").strip()
         current = pool.properties.get("eTag") if pool is not None else None
         if if_none == "*" and pool is not None:
             raise ArmError(412, "PreconditionFailed", f"Agent pool '{pool.name}' already exists (If-None-Match: *).")
-        if if_match and if_match != "*" and if_match != current:
+        if not if_match:
+            return
+        if pool is None:
+            raise ArmError(412, "PreconditionFailed", "Resource not found but ETag header is provided. If this is a "
+                                                      "request to create, please do not provide ETag.")
+        if if_match == "*":
+            return
+        wanted = {_bare_etag(t) for t in if_match.split(",") if t.strip()}
+        if _bare_etag(str(current or "")) not in wanted:
             raise ArmError(412, "PreconditionFailed",
-                           f"The eTag {if_match} does not match the current eTag {current} of the agent pool.")
-        if if_match == "*" and pool is None:
-            raise ArmError(412, "PreconditionFailed", "The agent pool does not exist (If-Match: *).")
+                           f"The eTag {if_match} does not match the current eTag {current} of the agent pool "
+                           f"'{pool.name}'.")
 
     def _body_properties(self, request: Request) -> dict[str, Any]:
         try:
@@ -623,10 +747,11 @@ class ArmApi:
     def _put_pool(self, request: Request, c: Any, name: str) -> Response:
         api = self._api(request)
         raw = self._body_properties(request)
+        check_linked_authorization(request, c, raw)  # ARM's linked access check, before the RP sees it
         existing = next((p for k, p in c.pools.items() if k.lower() == name.lower()), None)
         self._check_preconditions(request, existing)
         self._busy(c, existing)
-        _check_types(raw)
+        _check_types(raw, api)  # an api-version deserialises only the fields it has
         props = project(raw, api)
         for read_only in ("provisioningState", "currentOrchestratorVersion", "eTag", "nodeImageVersion", "powerState"):
             props.pop(read_only, None)
@@ -702,11 +827,13 @@ class ArmApi:
             raise _invalid(f"The value '{driver_mode}' of gpuProfile.nvidia.driverMode is invalid.",
                            "properties.gpuProfile.nvidia.driverMode")
         strategy = nvidia.get("migStrategy")
-        if strategy is None:
-            if "migProfiles" in nvidia:
+        profiles = nvidia.get("migProfiles")
+        if strategy is None or strategy == "None":
+            if profiles is not None:
                 raise _invalid("migProfiles needs migStrategy Single or Mixed.",
                                "properties.gpuProfile.nvidia.migProfiles")
-            return
+            if strategy is None:
+                return
         if strategy not in ("None", "Single", "Mixed"):
             raise _invalid(f"The value '{strategy}' of gpuProfile.nvidia.migStrategy is invalid; use None, Single or "
                            "Mixed.", "properties.gpuProfile.nvidia.migStrategy")
@@ -718,37 +845,75 @@ class ArmApi:
         if mode != "Managed":
             raise _invalid("migStrategy needs gpuProfile.nvidia.managementMode Managed.",
                            "properties.gpuProfile.nvidia.migStrategy")
-        profiles = nvidia.get("migProfiles")
-        if profiles is not None:
-            if gip is not None:
-                raise _invalid("migProfiles and gpuInstanceProfile are mutually exclusive.",
-                               "properties.gpuProfile.nvidia.migProfiles")
-            if not isinstance(profiles, list) or not profiles or any(p not in gpu_catalog.MIG_NAMES for p in profiles):
-                raise _invalid("migProfiles must be a non-empty list of MIG1g|MIG2g|MIG3g|MIG4g|MIG7g.",
-                               "properties.gpuProfile.nvidia.migProfiles")
-            if strategy == "Single" and len(set(profiles)) != 1:
-                raise _invalid("migStrategy Single requires exactly one MIG profile.",
-                               "properties.gpuProfile.nvidia.migProfiles")
-        elif gip is None:
-            raise _invalid(f"migStrategy {strategy} needs a MIG profile (gpuInstanceProfile"
-                           f"{' or gpuProfile.nvidia.migProfiles' if api.mig_profiles else ''}).",
-                           "properties.gpuInstanceProfile")
+        if not api.mig_profiles and profiles is None:
+            # 2026-01-02-preview: managed MIG takes its profile from the top-level gpuInstanceProfile.
+            # (migProfiles stored by a newer api-version and kept by this PUT are checked below.)
+            if gip is None:
+                raise _invalid(f"migStrategy {strategy} needs a MIG profile (gpuInstanceProfile).",
+                               "properties.gpuInstanceProfile")
+            return
+        # 2026-08-02-preview (managedClusters.json NvidiaGPUProfile.migProfiles, examples/
+        # AgentPoolsCreate_SingleMIG.json): "The ordered list of MIG partition profiles ... When migStrategy
+        # is Single, exactly one profile must be specified. When migStrategy is Mixed, one or more profiles
+        # may be specified and the combination is validated against the supported MIG geometry ... This
+        # field is mutually exclusive with the top-level gpuInstanceProfile property." minItems: 1.
+        if gip is not None:
+            raise _invalid(f"gpuInstanceProfile is mutually exclusive with gpuProfile.nvidia.migProfiles; on "
+                           f"api-version {api.name} managed MIG (migStrategy {strategy}) takes its profiles in "
+                           "gpuProfile.nvidia.migProfiles.", "properties.gpuInstanceProfile")
+        if profiles is None:
+            raise _invalid(f"migStrategy {strategy} needs gpuProfile.nvidia.migProfiles (at least one MIG profile).",
+                           "properties.gpuProfile.nvidia.migProfiles")
+        if not profiles or any(p not in gpu_catalog.MIG_NAMES for p in profiles):
+            raise _invalid("migProfiles must be a non-empty list of MIG1g|MIG2g|MIG3g|MIG4g|MIG7g.",
+                           "properties.gpuProfile.nvidia.migProfiles")
+        if strategy == "Single" and len(profiles) != 1:
+            raise _invalid(f"migStrategy Single requires exactly one MIG profile; got {len(profiles)}.",
+                           "properties.gpuProfile.nvidia.migProfiles")
+        slices = sum(int(p[3]) for p in profiles)  # MIG<n>g uses n of a GPU's 7 compute slices
+        if slices > 7:
+            raise _invalid(f"The MIG profiles {profiles} need {slices} compute slices; a GPU of {size.name} has 7.",
+                           "properties.gpuProfile.nvidia.migProfiles")
 
-    def _check_quota(self, c: Any, size: gpu_catalog.SizeInfo, *, extra_vcpus: int) -> None:
+    def _check_features(self, c: Any, props: dict[str, Any]) -> None:
+        """A new managed GPU pool needs ManagedGPUExperiencePreview registered on its subscription.
+
+        AKS answers 400 PreviewFeatureNotRegistered "Preview feature Microsoft.ContainerService/<name>
+        not registered." (the shape reported in hashicorp/terraform-provider-azurerm#13684 and
+        Azure/ResourceModules#820 for CustomNodeConfigPreview; aks-managed-gpu-nodes.md lists the flag).
+        Checked on create only: whether AKS re-checks it on updates of existing pools is not documented.
+        """
+        nvidia = (props.get("gpuProfile") or {}).get("nvidia") or {}
+        if nvidia.get("managementMode") != "Managed":
+            return
+        if self._feature_state(c.subscription, MANAGED_GPU_FEATURE) != "Registered":
+            raise ArmError(400, "PreviewFeatureNotRegistered", f"Preview feature {MANAGED_GPU_FEATURE} not registered.")
+
+    def _check_quota(self, c: Any, size: gpu_catalog.SizeInfo, *, extra_vcpus: int, priority: str = "Regular") -> None:
+        """Refuse growth beyond the vCPU quota the new VMs count against.
+
+        Regular VMs count against their family's quota; spot VMs (``priority`` ``Spot``) against the
+        region's one low-priority quota, usage name ``lowPriorityCores`` ("Total Regional
+        Low-priority vCPUs"; https://learn.microsoft.com/azure/virtual-machines/spot-vms#quota),
+        whatever their family. A scenario names that quota with family ``lowPriorityCores``.
+        """
         if extra_vcpus <= 0:
             return
         quotas = getattr(self.fleet, "quotas", {}) or {}
-        limit = _key_lookup(quotas, (c.subscription, c.location, size.family))
+        spot = str(priority or "").lower() == "spot"
+        family = "lowPriorityCores" if spot else size.family
+        limit = _key_lookup(quotas, (c.subscription, c.location, family))
         if limit is None:
             return
-        in_use = int(self.fleet.vcpus_in_use(c.subscription, c.location, size.family))
+        in_use = int(self.fleet.vcpus_in_use(c.subscription, c.location, family))
         if in_use + extra_vcpus > int(limit):
-            raise ArmError(400, "QuotaExceeded",
-                           f"Operation could not be completed as it results in exceeding approved {size.family} Cores "
-                           f"quota. Additional details - Deployment Model: Resource Manager, Location: {c.location}, "
-                           f"Current Limit: {limit}, Current Usage: {in_use}, Additional Required: {extra_vcpus}, "
-                           f"(Minimum) New Limit Required: {in_use + extra_vcpus}. Submit a request for Quota increase "
-                           "at https://aka.ms/ProdportalCRP.", target="properties.count")
+            # AKS checks quota before it deploys anything and answers with its own code (seen as
+            # ``InsufficientVCPUQuota`` / ``ErrCode_InsufficientVCPUQuota`` in public Terraform and CLI
+            # output); Compute's own ``QuotaExceeded`` comes only from the deployment, wrapped in the
+            # failed operation (an ``lro`` fault with code QuotaExceeded). docs/fidelity.md.
+            raise ArmError(400, "InsufficientVCPUQuota",
+                           f"Insufficient vcpu quota requested {extra_vcpus}, remaining {max(0, int(limit) - in_use)} "
+                           f"for family {family} for region {c.location}.", target="properties.count")
 
     def _defaults(self, c: Any, name: str, props: dict[str, Any], size: gpu_catalog.SizeInfo) -> dict[str, Any]:
         p = copy.deepcopy(props)
@@ -822,7 +987,7 @@ class ArmApi:
                 self._set_state(pool, "Failed")
                 # As AKS does: the failed operation's error stays readable on the pool itself.
                 err = op.error or {"code": "OperationFailed", "message": "The operation failed."}
-                pool.properties["status"] = {"provisioningError": {"code": err.get("code"), "message": err.get("message")}}
+                pool.properties["status"] = {"provisioningError": copy.deepcopy(dict(err))}
             if on_failed is not None:
                 on_failed(op)
 
@@ -841,7 +1006,9 @@ class ArmApi:
             raise _invalid("Required parameter properties.count is missing (null).", "properties.count")
         props.setdefault("count", 1)
         size = self._validate_common(c, name, props, api)
-        self._check_quota(c, size, extra_vcpus=int(props["count"]) * size.vcpus)
+        self._check_features(c, props)
+        self._check_quota(c, size, extra_vcpus=int(props["count"]) * size.vcpus,
+                          priority=str(props.get("scaleSetPriority") or "Regular"))
         from sim.model import Pool  # the model is the other half's; imported late to keep this module light
 
         pool = Pool(name=name, properties=self._defaults(c, name, props, size))
@@ -859,15 +1026,15 @@ class ArmApi:
 
     def _update_pool(self, request: Request, c: Any, pool: Any, props: dict[str, Any], api: AksApiVersion) -> Response:
         old = pool.properties
+        # Create-or-replace: what the body leaves out is reset to its default, as on create
+        # ("count" defaults to 1 in the spec); only fields this api-version cannot express are kept.
         new = _merge_unseen(props, old, api)
-        new.setdefault("count", old.get("count"))
-        for key in ("vmSize", "osType", "osSKU", "mode", "maxPods", "osDiskType", "osDiskSizeGB", "gpuInstanceProfile",
-                    "availabilityZones", "scaleSetPriority", "orchestratorVersion"):
-            if key not in new and key in old:
-                new[key] = copy.deepcopy(old[key])
-        self._check_immutable(old, new)
+        if new.get("count") is None:
+            new["count"] = 1
+        reset_size = gpu_catalog.lookup(str(new.get("vmSize") or ""))
+        self._check_immutable(old, self._defaults(c, pool.name, new, reset_size) if reset_size is not None else new)
         autoscale_old = bool(old.get("enableAutoScaling"))
-        autoscale_new = bool(new.get("enableAutoScaling", autoscale_old))
+        autoscale_new = bool(new.get("enableAutoScaling"))  # omitted = the default, off
         count_changed = new.get("count") != old.get("count")
         if count_changed and autoscale_old and autoscale_new:
             raise ArmError(400, "OperationNotAllowed",
@@ -875,7 +1042,8 @@ class ArmApi:
                            "change minCount/maxCount or disable the cluster autoscaler first.", target="properties.count")
         size = self._validate_common(c, pool.name, new, api)
         grow = int(new["count"]) - int(old.get("count") or 0)
-        self._check_quota(c, size, extra_vcpus=grow * size.vcpus)
+        self._check_quota(c, size, extra_vcpus=grow * size.vcpus,
+                          priority=str(new.get("scaleSetPriority") or "Regular"))
         merged = self._defaults(c, pool.name, new, size)
         merged["nodeImageVersion"] = old.get("nodeImageVersion", NODE_IMAGE)
         merged["eTag"] = self._etag()
@@ -914,11 +1082,13 @@ class ArmApi:
             raise ArmError(400, "PropertyChangeNotAllowed", "Changing property 'vmSize' is not allowed.",
                            target="properties.vmSize")
         for path in _IMMUTABLE:
+            # An omitted field is reset to its default (create-or-replace), not kept: leaving an
+            # immutable field out is a change unless the stored value is that default.
             before, after = _get(old, *path), _get(new, *path)
+            if before is None:
+                before = _IMMUTABLE_DEFAULTS.get(path)
             if after is None:
-                if before is not None:  # omitted: keeps the stored value
-                    _put(new, path, copy.deepcopy(before))
-                continue
+                after = _IMMUTABLE_DEFAULTS.get(path)
             if before != after:
                 label = ".".join(path)
                 raise ArmError(400, "PropertyChangeNotAllowed",
@@ -928,6 +1098,8 @@ class ArmApi:
     def _delete_pool(self, request: Request, c: Any, name: str) -> Response:
         pool = next((p for k, p in c.pools.items() if k.lower() == name.lower()), None)
         if pool is None:
+            if (request.headers.get("if-match") or "").strip():
+                self._check_preconditions(request, None)  # AKS: 412, "Resource not found but ETag header is provided"
             return Response(status=204)
         self._check_preconditions(request, pool)
         self._busy(c, None)
@@ -1006,6 +1178,58 @@ class ArmApi:
             return self.ops.result_response(operation, self._base_url(request))
         return self.ops.status_response(operation, self._base_url(request))
 
+    # ---- Microsoft.Features: subscription preview features (az feature show / list / register)
+    # azure-rest-api-specs specification/resources/resource-manager/Microsoft.Features/stable/2021-07-01/
+    # features.json (Features_Get / Features_List / Features_Register / Features_Unregister): a
+    # FeatureResult {"id", "name": "<namespace>/<feature>", "type": "Microsoft.Features/providers/features",
+    # "properties": {"state"}}; registering goes through Registering before Registered.
+    def _feature_states(self, sub: str) -> dict[str, list[str]]:
+        """Features of one subscription: lower-case ``Namespace/Name`` -> [name as written, state] (kept on
+        the fleet; the scenario's ``subscriptions[].features`` maps ``Namespace/Name`` to a state)."""
+        table = getattr(self.fleet, "feature_states", None)
+        if not isinstance(table, dict):
+            table = {}
+            for spec in (getattr(self.fleet, "scenario", None) or {}).get("subscriptions") or []:
+                if isinstance(spec, dict) and spec.get("id"):
+                    states = {k.lower(): [k, v] for k, v in DEFAULT_FEATURES.items()}
+                    states.update({str(k).lower(): [str(k), str(v)] for k, v in (spec.get("features") or {}).items()})
+                    table[str(spec["id"]).lower()] = states
+            self.fleet.feature_states = table
+        return table.setdefault(sub.lower(), {k.lower(): [k, v] for k, v in DEFAULT_FEATURES.items()})
+
+    def _feature_state(self, sub: str, feature: str) -> str:
+        entry = self._feature_states(sub).get(feature.lower())
+        return entry[1] if entry else "NotRegistered"
+
+    @staticmethod
+    def _feature_body(sub: str, ns: str, name: str, state: str) -> dict[str, Any]:
+        return {"id": f"/subscriptions/{sub}/providers/Microsoft.Features/providers/{ns}/features/{name}",
+                "name": f"{ns}/{name}", "type": "Microsoft.Features/providers/features", "properties": {"state": state}}
+
+    def _r_features(self, request: Request, *, sub: str, ns: str) -> Response:
+        prefix = ns.lower() + "/"
+        items = [self._feature_body(sub, ns, name.split("/", 1)[1], state)
+                 for key, (name, state) in sorted(self._feature_states(sub).items()) if key.startswith(prefix)]
+        return Response.json(200, {"value": items})
+
+    def _r_feature(self, request: Request, *, sub: str, ns: str, feature: str) -> Response:
+        return Response.json(200, self._feature_body(sub, ns, feature, self._feature_state(sub, f"{ns}/{feature}")))
+
+    def _r_feature_action(self, request: Request, *, sub: str, ns: str, feature: str, action: str) -> Response:
+        states = self._feature_states(sub)
+        key = f"{ns}/{feature}".lower()
+        register = action.lower() == "register"
+        entry = states.setdefault(key, [f"{ns}/{feature}", "NotRegistered"])
+        entry[1] = "Registering" if register else "Unregistering"
+        final = "Registered" if register else "Unregistered"
+
+        def settle() -> None:
+            if entry[1] in ("Registering", "Unregistering"):
+                entry[1] = final
+
+        self.fleet.at(self._now() + self._timing("feature_register_s", 120.0), settle)
+        return Response.json(200, self._feature_body(sub, ns, feature, entry[1]))
+
     # ---- Microsoft.Compute: VMSS VM restart / reimage
     def _r_vm_action(self, request: Request, *, sub: str, rg: str, vmss: str, instance: str, action: str) -> Response:
         c = self._cluster_by_node_rg(sub, rg)
@@ -1026,6 +1250,26 @@ class ArmApi:
                 raise ArmError(400, "InvalidRequestContent",
                                f"The request content was invalid and could not be deserialized: {exc}.") from exc
         action = action.lower()
+        if c.node_rg_locked:
+            # Node resource group lockdown: a ReadOnly deny assignment on the node resource group
+            # (https://learn.microsoft.com/azure/aks/node-resource-group-lockdown). ARM answers 403
+            # DenyAssignmentAuthorizationFailed naming the deny assignment (the shape seen in
+            # Azure/migAz#266 for another system deny assignment; AKS's exact name is not documented).
+            principal = c.fleet.tokens.verify(request.bearer, ARM_AUDIENCES).principal or "unknown"
+            scope = f"/subscriptions/{sub}/resourceGroups/{c.node_resource_group}"
+            raise ArmError(403, "DenyAssignmentAuthorizationFailed",
+                           f"The client '{principal}' with object id '{principal}' has permission to perform action "
+                           f"'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/{action}/action' on scope "
+                           f"'{scope}/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/"
+                           f"{instance}'; however, the access is denied because of the deny assignment with name "
+                           f"'AKS node resource group lockdown' and Id '{c.name}-nrg-lockdown' at scope '{scope}'.")
+        vm = c.nodes.get(node)
+        if vm is not None and any(t.get("key") == "node.cloudprovider.kubernetes.io/shutdown"
+                                  for t in vm.obj["spec"].get("taints") or []):
+            # A stopped/deallocated VM (an evicted spot VM under the Deallocate policy): Compute refuses
+            # a restart or reimage with 409 OperationNotAllowed until it is started again.
+            raise ArmError(409, "OperationNotAllowed",
+                           f"Operation '{action}' is not allowed on VM '{vmss}_{instance}' since the VM is deallocated.")
         duration = self._timing("restart_s" if action == "restart" else "reimage_s", 30.0 if action == "restart" else 90.0)
         fail = self._lro_fault(request, c)
         if fail is None:
@@ -1037,3 +1281,117 @@ class ArmApi:
                             work=lambda _op: None, resource_id=vm_id, kind=action, fail=fail)
         headers = self.ops.accepted_headers(op, self._base_url(request), location=True)
         return Response(status=202, headers=headers)
+
+
+# --------------------------------------------------------------------------- maintenance configurations
+# Azure/azure-rest-api-specs specification/containerservice/resource-manager/Microsoft.ContainerService/
+# aks/stable/2025-10-01/managedClusters.json (MaintenanceConfigurationProperties: timeInWeek, notAllowedTime,
+# maintenanceWindow) and learn.microsoft.com/azure/aks/planned-maintenance: "From the 2023-05-01 API
+# version onwards, use the properties in the following table for `default` configuration" and "If you
+# create a `default` configuration with the following deprecated properties, it migrates automatically
+# to the new properties".
+
+MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE = "2023-05-01"
+_MIN_DURATION_HOURS = 4  # MaintenanceWindow.durationHours "minimum": 4
+
+
+def maintenance_start_date(now: float, utc_offset: Any) -> str:
+    """Today's date in the window's offset (``+HH:MM``; UTC when absent or unreadable)."""
+    import datetime as _dt
+
+    match = re.fullmatch(r"([+-])(\d{2}):(\d{2})", str(utc_offset or "+00:00"))
+    seconds = (int(match.group(2)) * 3600 + int(match.group(3)) * 60) * (1 if match.group(1) == "+" else -1) \
+        if match else 0
+    return _dt.datetime.fromtimestamp(now + seconds, _dt.UTC).date().isoformat()
+
+
+def migrated_default_window(time_in_week: Any) -> dict[str, Any] | None:
+    """The ``maintenanceWindow`` a legacy ``timeInWeek`` default migrates to, or None when one weekly
+    window cannot express it.
+
+    AKS does not document the mapping. What the simulator assumes: one day whose hour slots are
+    contiguous becomes ``weekly`` on that day, every week (the only schedule a ``default`` may have,
+    azure-cli PR #33431: "only Weekly schedule with intervalWeeks=1 is valid for the default config"),
+    starting at the first slot, lasting the slots but at least the spec's minimum of 4 hours, in UTC
+    (the slots are UTC hours). Several days, or gaps between slots, have no single-window form and are
+    presented in the legacy shape only.
+    """
+    if not isinstance(time_in_week, list) or not time_in_week:
+        return None
+    days = {str(e.get("day")) for e in time_in_week if isinstance(e, dict)}
+    try:
+        hours = sorted({int(h) for e in time_in_week if isinstance(e, dict) for h in (e.get("hourSlots") or [])})
+    except (TypeError, ValueError):
+        return None  # not something AKS could have migrated: shown as written
+    if len(days) != 1 or not hours or hours != list(range(hours[0], hours[0] + len(hours))):
+        return None
+    return {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": days.pop()}},
+            "durationHours": max(_MIN_DURATION_HOURS, len(hours)), "utcOffset": "+00:00",
+            "startTime": f"{hours[0]:02d}:00"}
+
+
+def present_maintenance_configuration(name: str, stored: dict[str, Any], *, api_version: str) -> dict[str, Any]:
+    """The ``properties`` AKS answers for a stored maintenance configuration on ``api_version``.
+
+    A ``default`` written in the deprecated ``timeInWeek`` shape is shown migrated: with the
+    ``maintenanceWindow`` it became, next to the legacy fields it was written with (whether AKS still
+    returns those after the migration is not documented; keeping both is the reading under which a
+    client has to reconcile the two, and api-versions before 2023-05-01 return the legacy fields only).
+    """
+    props = copy.deepcopy(stored)
+    if name.lower() != "default" or props.get("maintenanceWindow") or not props.get("timeInWeek"):
+        return props
+    if api_version[:10] < MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE:
+        return props
+    migrated = migrated_default_window(props["timeInWeek"])
+    if migrated is not None:
+        props["maintenanceWindow"] = migrated
+    return props
+
+
+# --------------------------------------------------------------------------- linked access checks
+# ARM authorizes a write twice: the action on the resource written (agentPools/write) and, for every
+# property that names another resource, an action on that *linked* resource. Without the second it
+# answers 403 LinkedAuthorizationFailed before the resource provider sees the request (the message
+# shape is ARM's, e.g. kubernetes-sigs/cloud-provider-azure#1999, Azure/aad-pod-identity#511 and #752:
+# the check runs on every write that carries the reference, updates of an existing VMSS included).
+# The actions per agent-pool property: https://learn.microsoft.com/azure/aks/aks-service-permissions.
+# What the caller holds is the app's own role as the project declares it (shared.permissions:
+# the adapters' @requires_arm actions, which tests/infra keeps equal to infra/app/steward-role.bicep,
+# plus the linked-resources role), minus what a test revoked in ``fleet.revoked_arm_actions``.
+
+_AGENT_POOL_WRITE = "Microsoft.ContainerService/managedClusters/agentPools/write"
+
+
+def granted_arm_actions(fleet: Any) -> set[str]:
+    """The Azure actions the app's identity holds in this simulated fleet: the roles of
+    infra/app/steward-role.bicep (sim/armrbac.py), minus what a test revoked."""
+    return armrbac.granted_actions(fleet)
+
+
+def check_linked_authorization(request: Request, cluster: Any, props: dict[str, Any]) -> None:
+    """Refuse an agent-pool PUT naming a linked resource whose action the caller does not hold."""
+    from shared.permissions import linked_actions_for
+
+    linked = linked_actions_for(props)
+    if not linked:
+        return
+    verdict = cluster.fleet.tokens.verify(request.bearer, ARM_AUDIENCES)
+    if verdict.admin:
+        return  # the harness acts as the subscriptions' owner
+    from sim.identity import app_principal_id
+
+    is_app = verdict.principal == app_principal_id(cluster.fleet)
+    missing = [(rid, action) for _, rid, action in linked
+               if not (is_app and armrbac.app_may(cluster.fleet, action, rid))]
+    if not missing:
+        return
+    principal, client = verdict.principal or "unknown", verdict.client_id or verdict.principal or "unknown"
+    actions = ",".join(dict.fromkeys(action for _, action in missing))
+    scopes = ",".join(dict.fromkeys(rid for rid, _ in missing))
+    pool_scope = request.path.split("?", 1)[0]
+    raise ArmError(403, "LinkedAuthorizationFailed",
+                   f"The client '{client}' with object id '{principal}' has permission to perform action "
+                   f"'{_AGENT_POOL_WRITE}' on scope '{pool_scope}'; however, it does not have permission to "
+                   f"perform action(s) '{actions}' on the linked scope(s) '{scopes}' or the linked scope(s) "
+                   "are invalid.")

@@ -53,7 +53,8 @@ class ControlApi:
         if sub in ("", "/") and method == "GET":
             return Response.json(200, {"endpoints": ["/_sim/oracles", "/_sim/state", "/_sim/clock", "/_sim/conditions",
                                                      "/_sim/faults", "/_sim/quota", "/_sim/capacity",
-                                                     "/_sim/workloads", "/_sim/advance", "/_sim/token"]})
+                                                     "/_sim/workloads", "/_sim/advance", "/_sim/token",
+                                                     "/_sim/lock", "/_sim/spot-evict"]})
         if key == ("GET", "/oracles"):
             report = fleet.oracles.report()
             faults = getattr(fleet, "faults", None)
@@ -119,6 +120,57 @@ class ControlApi:
             created = add_workload(cluster, body["workload"], "workload")
             fleet.settle()
             return Response.json(201, {"created": created})
+        if key == ("POST", "/spot-evict"):
+            # Azure takes a spot VM back (sim.model.Cluster.spot_evict): a Preempt notice, then the VM goes.
+            if not isinstance(body, dict) or "cluster" not in body or "node" not in body:
+                return _err(400, "body must be {cluster, node[, notice_s]}")
+            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
+            if cluster is None:
+                return _err(404, f"no cluster {body['cluster']!r}")
+            if str(body["node"]) not in cluster.nodes:
+                return _err(404, f"no node {body['node']!r} in cluster {cluster.name}")
+            notice = float(body.get("notice_s", 30.0))
+            if notice < 0:
+                return _err(400, "notice_s must not be negative")
+            evicted = cluster.spot_evict(str(body["node"]), notice_s=notice)
+            fleet.settle()
+            return Response.json(202, {"eviction": evicted})
+        if key == ("POST", "/rbac"):
+            # Take ARM actions away from the app's role, or give them back (sim/armrbac.py subtracts
+            # fleet.revoked_arm_actions from what infra/ grants): a process-mode test or soak shows a
+            # path failing with the grant removed. Kubernetes grants live in the clusters' RBAC objects,
+            # which an administrator edits through the API as on a real cluster.
+            if not isinstance(body, dict) or not all(isinstance(body.get(k, []), list) for k in ("revoke", "restore")):
+                return _err(400, "body must be {revoke: [actions], restore: [actions]}")
+            fleet.revoked_arm_actions |= {str(a) for a in body.get("revoke", [])}
+            fleet.revoked_arm_actions -= {str(a) for a in body.get("restore", [])}
+            return Response.json(200, {"revoked": sorted(fleet.revoked_arm_actions)})
+        if key == ("POST", "/kubelet"):
+            # A node's kubelet stops (or resumes) posting status: the node goes Unknown with the
+            # unreachable taints, and pods being deleted there stay Terminating (nothing confirms
+            # they stopped) until it is back, the Node object goes, or someone force-deletes them.
+            if not isinstance(body, dict) or "cluster" not in body or "node" not in body \
+                    or not isinstance(body.get("ready"), bool):
+                return _err(400, "body must be {cluster, node, ready: true|false}")
+            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
+            if cluster is None:
+                return _err(404, f"no cluster {body['cluster']!r}")
+            node_obj = cluster.nodes.get(str(body["node"]))
+            if node_obj is None:
+                return _err(404, f"no node {body['node']!r} in {cluster.name}")
+            cluster._set_ready(node_obj, bool(body["ready"]))
+            fleet.settle()
+            return Response.json(200, {"cluster": cluster.name, "node": node_obj.name, "ready": node_obj.ready})
+        if key == ("POST", "/lock"):
+            # Node resource group lockdown on or off (restrictionLevel ReadOnly / Unrestricted).
+            if not isinstance(body, dict) or "cluster" not in body or not isinstance(body.get("locked"), bool):
+                return _err(400, "body must be {cluster, locked: true|false}")
+            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
+            if cluster is None:
+                return _err(404, f"no cluster {body['cluster']!r}")
+            cluster.node_rg_locked = bool(body["locked"])
+            return Response.json(200, {"cluster": cluster.name, "node_resource_group": cluster.node_resource_group,
+                                       "locked": cluster.node_rg_locked})
         if key == ("POST", "/token"):
             audience = str((body or {}).get("audience", ""))
             if fleet.tokens.normalise_audience(audience) not in {fleet.tokens.normalise_audience(a)

@@ -141,7 +141,7 @@ class EventGridApi:
             verdict = self.fleet.tokens.verify(request.bearer, EVENTGRID_AUDIENCES)
         if verdict.status == 200:
             return None
-        if verdict.status == 403:
+        if verdict.wrong_audience:
             return _eg_error(401, "Unauthorized", f"The token audience is not valid for Event Grid: {verdict.reason}.")
         return _eg_error(401, "Unauthorized",
                          "The request is not authorized: provide an aeg-sas-key or a bearer token "

@@ -10,6 +10,11 @@ secret, 400 for a missing resource, a bad api-version or an identity that is not
 
 Plain HTTP, like the real endpoint (it only listens on loopback).
 
+Every token it issues belongs to the app's managed identity: ``oid`` is the identity's object
+(principal) id, what infra/main.bicep outputs as ``STEWARD_PRINCIPAL_ID`` and what the Kubernetes
+RoleBindings and ARM role assignments name; ``appid`` is its client id. The simulator's app has one
+object id (:func:`app_principal_id`: ``fleet.app_principal_id``, else :data:`APP_PRINCIPAL_ID`).
+
 ``expires_on`` is wall-clock epoch seconds: the simulator's tokens expire on the sim clock, so the
 remaining lifetime is divided by the clock speed; MSAL then refreshes in time at any speed.
 """
@@ -25,6 +30,14 @@ from sim.http import Request, Response
 
 API_VERSION = "2019-08-01"
 SYSTEM_ASSIGNED_CLIENT_ID = "00000000-0000-4000-8000-000000000001"
+#: The object id of the app's managed identity in the simulated tenant (a GUID, as Entra's are:
+#: scripts/apply-kube-rbac.sh refuses anything else).
+APP_PRINCIPAL_ID = "5e1f7a3c-2b4d-4c8e-9f60-a1b2c3d4e5f6"
+
+
+def app_principal_id(fleet: Any) -> str:
+    """The object id the app's tokens carry, which the project's grants are assigned to."""
+    return str(getattr(fleet, "app_principal_id", None) or APP_PRINCIPAL_ID)
 
 
 def identity_secret(fleet: Any) -> str:
@@ -82,7 +95,8 @@ class IdentityApi:
             return _error(400, f"Unable to load the proper Managed Identity: '{client_id}' is not assigned.")
         principal = client_id or SYSTEM_ASSIGNED_CLIENT_ID
         with self.fleet.lock:
-            token, exp = self.fleet.tokens.issue(resource, principal=principal)
+            token, exp = self.fleet.tokens.issue(resource, principal=app_principal_id(self.fleet), client_id=principal,
+                                                 groups=())
             sim_now = float(self.fleet.clock.now())
         speed = float(getattr(self.fleet.clock, "speed", 1.0) or 1.0)
         expires_on = int(time.time() + max(0.0, exp - sim_now) / speed)

@@ -2,9 +2,10 @@
 
 ``https://127.0.0.1:PORT/k8s/<sub>/<rg>/<cluster>/...`` is the API server of that cluster. It speaks
 enough of the real protocol (discovery, JSON objects, Status errors with the real codes, label and
-field selectors, limit/continue pagination, merge / strategic-merge / JSON patches, the eviction
-subresource, optimistic concurrency, watch streams, server-side tables for ``kubectl get``) that the
-kubernetes Python client and ``kubectl`` work against it unchanged. Not served: server-side apply,
+field selectors parsed as the real parsers parse them, limit/continue pagination whose tokens expire
+with etcd compaction, merge / strategic-merge / JSON patches, ``dryRun=All``, the eviction subresource,
+optimistic concurrency, watch streams, server-side tables for ``kubectl get``) that the kubernetes
+Python client and ``kubectl`` work against it unchanged, and as strictly as a real server. Not served: server-side apply,
 protobuf, logs/exec/port-forward, OpenAPI documents (kubectl falls back without them). The
 behaviour behind the objects lives in :mod:`sim.model`.
 
@@ -18,11 +19,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import hashlib
 import itertools
 import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,7 @@ from urllib.parse import unquote
 
 import msgspec
 
+from sim import rbac
 from sim.http import Request, Response
 from sim.model import (
     Cluster,
@@ -58,23 +62,48 @@ _SHORT = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"
           "replicasets": ["rs"], "statefulsets": ["sts"], "daemonsets": ["ds"], "nodepools": [], "leases": []}
 _ALL = {"pods", "deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "services"}
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_STRATEGIC_KEYS = {"taints": ("key", "effect"), "conditions": ("type",), "containers": ("name",),
+# patchMergeKey of the lists a strategic merge patch merges element-wise (kubernetes/kubernetes
+# staging/src/k8s.io/api/core/v1/types.go struct tags). NodeSpec.Taints and PodSpec.Tolerations carry no
+# patchStrategy, so a patch REPLACES those lists whole (None here); ObjectMeta.Finalizers is a list of
+# strings with patchStrategy "merge": the patch's entries are added to the current ones.
+_STRATEGIC_KEYS = {"taints": None, "conditions": ("type",), "containers": ("name",),
                    "initContainers": ("name",), "env": ("name",), "volumes": ("name",), "volumeMounts": ("mountPath",),
                    "ports": ("containerPort",), "ownerReferences": ("uid",), "addresses": ("type",),
                    "tolerations": None, "imagePullSecrets": ("name",)}
+_STRATEGIC_PRIMITIVE_MERGE = {"finalizers"}
 _MAX_SNAPSHOTS = 16  # per cluster; a snapshot holds the bytes of the objects as they were
+# kube-apiserver --etcd-compaction-interval (default 5m). At every tick the apiserver's compactor
+# (staging/src/k8s.io/apiserver/pkg/storage/etcd3/compact.go) writes its own key, which moves the revision
+# on, and compacts etcd to the revision that write produced at the previous tick. A continue token reads
+# at its list's revision, so it works until the second tick after the list began (one to two intervals)
+# and then gets 410 Expired, however quiet the cluster. Sim time; a scenario may set
+# ``timings: {etcd_compaction_s: ...}`` (0 switches compaction off).
+DEFAULT_COMPACTION_S = 300.0
+# staging/src/k8s.io/apiserver/pkg/storage/etcd3/errors.go
+_CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start "
+                     "a new list without the continue parameter.")
+_INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 
 
 class ApiError(Exception):
     """An error the API server answers with a Status body."""
 
     def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, list_meta: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details, self.headers = code, reason, message, details, headers
+        self.list_meta = list_meta
 
     def response(self) -> Response:
         r = Response.kube_status(self.code, self.reason, self.message, self.details)
+        if self.list_meta:  # Status.metadata is a ListMeta (e.g. the continue token of an expired list)
+            payload = json.loads(r.body)
+            payload["metadata"] = self.list_meta
+            r = Response.json(self.code, payload)
         r.headers.update(self.headers or {})
         return r
 
@@ -109,6 +138,8 @@ class KubeApi:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self._snapshot_ids = itertools.count(1)
+        self._dry_ids = itertools.count(1)
+        self._forced_compactions: dict[str, int] = {}  # cluster id -> compactions forced by the hook
 
     # ---- entry
     def route(self, request: Request) -> str:
@@ -125,26 +156,36 @@ class KubeApi:
         if cluster is None:
             return ApiError(404, "NotFound", f"no API server for cluster {parts[1]}/{parts[2]}/{parts[3]}").response()
         delay = 0.0
+        expire_tokens = False
         faults = getattr(fleet, "faults", None)
         if faults is not None:
             hit = faults.match(target="kube", method=request.method, path=request.path, cluster=cluster.name)
             if hit is not None:
-                if getattr(hit, "replaces_answer", True):
+                if hit.status == 410 and request.arg("continue"):
+                    # the on-demand hook for expired list tokens ({target: kube, status: 410, path: ...}): compact
+                    # etcd now and let the real code answer, with the real body and the inconsistent-continue token
+                    expire_tokens = True
+                elif getattr(hit, "replaces_answer", True):
                     return hit
                 delay = float(getattr(hit, "delay_s", 0.0) or 0.0)
         verdict = fleet.tokens.verify(request.bearer, AKS_AUDIENCES)
         rest = parts[4:]
-        if verdict.status == 401:
+        if verdict.status != 200:
+            # Authentication failed (no token, a bad or expired one, or one for another audience): every
+            # authenticator rejected it, so kube-apiserver answers 401 before any authorization
+            # (staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go Unauthorized).
             resp = ApiError(401, "Unauthorized", "Unauthorized").response()
-        elif verdict.status == 403:
-            resp = ApiError(403, "Forbidden", f'forbidden: User "{verdict.principal or "unknown"}" cannot '
-                            f'{request.method.lower()} path "/{"/".join(rest)}": {verdict.reason}',
-                            {"kind": rest[-1] if rest else ""}).response()
         else:
             try:
                 with fleet.lock:
-                    resp = self._dispatch(cluster, request, rest)
-                    fleet.settle()
+                    refused = self._authorize(cluster, request, rest, verdict)
+                    if refused is not None:
+                        resp = refused
+                    else:
+                        if expire_tokens:
+                            self.compact(cluster)
+                        resp = self._dispatch(cluster, request, rest)
+                        fleet.settle()
             except ApiError as e:
                 resp = e.response()
             except (ValueError, TypeError, KeyError, AttributeError) as e:
@@ -154,6 +195,46 @@ class KubeApi:
                 resp = ApiError(500, "InternalError", f"Internal error occurred: {e!r}").response()
         resp.delay_s += delay
         return resp
+
+    # ---- authorization (sim/rbac.py)
+    def _authorize(self, c: Cluster, req: Request, rest: list[str], verdict: Any) -> Response | None:
+        """None when the caller may make this request; else the API server's answer: 403 Forbidden, or a
+        SelfSubjectAccessReview's result (which is answered here, for the user the request runs as)."""
+        requester = rbac.User(verdict.principal, verdict.groups)
+        user, refused = rbac.impersonate(c, requester, req.headers)
+        if refused is not None:
+            message, details = rbac.forbidden_status(refused)
+            return ApiError(403, "Forbidden", message, details).response()
+        query = {k: (v[0] if v else "") for k, v in req.query.items()}
+        attrs = rbac.request_attributes(user, req.method, rest, query)
+        decision = rbac.authorize(c, attrs)
+        if not decision.allowed:
+            message, details = rbac.forbidden_status(attrs, decision.reason)
+            return ApiError(403, "Forbidden", message, details).response()
+        if attrs.resource_request and attrs.api_group == "authorization.k8s.io" and attrs.verb == "create" \
+                and attrs.resource == "selfsubjectaccessreviews" and not attrs.name:
+            ctype = (req.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+            raw = req.body
+            if ctype == "application/vnd.kubernetes.protobuf":
+                raw = rbac.decode_review_protobuf(req.body)  # what `kubectl auth can-i` sends
+            elif ctype not in ("application/json", ""):
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                               "accepted media types include: application/json, application/yaml, "
+                               "application/vnd.kubernetes.protobuf")
+            status, body = rbac.self_subject_access_review(c, user, raw)
+            if status != 201:
+                raise ApiError(status, str(body["reason"]), str(body["message"]))
+            return Response.json(201, body)
+        if attrs.resource_request and attrs.api_group == "authorization.k8s.io" and attrs.verb == "create" \
+                and attrs.resource == "selfsubjectrulesreviews" and not attrs.name:
+            ctype = (req.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+            raw = rbac.decode_rules_review_protobuf(req.body) if ctype == "application/vnd.kubernetes.protobuf" \
+                else req.body
+            status, body = rbac.self_subject_rules_review(c, user, raw)
+            if status != 201:
+                raise ApiError(status, str(body["reason"]), str(body["message"]))
+            return Response.json(201, body)
+        return None
 
     # ---- dispatch
     def _dispatch(self, c: Cluster, req: Request, p: list[str]) -> Response:
@@ -275,7 +356,7 @@ class KubeApi:
             raise ApiError(400, "BadRequest", f"invalid limit {limit_s!r}") from None
         api_version = f"{group}/{version}" if group else version
         if cont:
-            raws, rv, offset = self._continue(c, cont)
+            raws, rv, offset = self._continue(c, req, key, ns, cont)
         else:
             objs = self._select(c, req, key, ns)
             if _wants_table(req):
@@ -368,16 +449,58 @@ class KubeApi:
             c.list_snapshots[sid] = (rv, raws)
             while len(c.list_snapshots) > _MAX_SNAPSHOTS:
                 c.list_snapshots.pop(next(iter(c.list_snapshots)))
-        return base64.urlsafe_b64encode(json.dumps({"s": sid, "o": end, "rv": rv}).encode()).decode().rstrip("=")
+        # like the real token (storage.EncodeContinue), it carries the key to continue after; and when the
+        # list began ("t", sim time) and the forced compactions then ("g"), to judge its expiry
+        last = msgspec.json.decode(raws[end - 1], type=_MetaOnly).metadata
+        prev = _decode_continue(cont) if cont else {}
+        began = prev.get("t", self.fleet.now())
+        forced = prev.get("g", self._forced_compactions.get(c.id, 0))
+        return _encode_continue({"s": sid, "o": end, "rv": rv, "k": [last.namespace, last.name], "t": began,
+                                 "g": forced})
 
-    @staticmethod
-    def _continue(c: Cluster, token: str) -> tuple[list[bytes], str, int]:
+    def _continue(self, c: Cluster, req: Request, key: str, ns: str | None,
+                  token: str) -> tuple[list[bytes], str, int]:
+        """The rest of a paginated list: from its snapshot while etcd still holds its revision; a
+        snapshot older than the last compaction is gone and the answer is 410 Expired, carrying a token
+        that continues after the same key at the current revision (etcd3/store.go
+        handleCompactedErrorForPaging: ``ResourceVersion -1``); such a token lists what is there now."""
         data = _decode_continue(token)
-        snap = c.list_snapshots.get(str(data.get("s")))
+        after = data.get("k")
+        if data.get("rv") == -1:  # an inconsistent continuation: the objects after the key, as they are now
+            if not (isinstance(after, list) and len(after) == 2):
+                raise ApiError(400, "BadRequest", "continue key is not valid: no key to continue after")
+            start = (str(after[0]), str(after[1]))
+            return [o.raw() for o in self._select(c, req, key, ns) if (o.namespace, o.name) > start], str(c.rv), 0
+        sid = str(data.get("s"))
+        snap = c.list_snapshots.get(sid)
+        if snap is not None and self._compacted(c, data):
+            c.list_snapshots.pop(sid, None)  # the history it stands for is gone
+            snap = None
         if snap is None:
-            raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent list "
-                           "result. You can start a new list without the continue parameter.")
+            if isinstance(after, list) and len(after) == 2:
+                raise ApiError(410, "Expired", _INCONSISTENT_CONTINUE,
+                               list_meta={"continue": _encode_continue({"rv": -1, "k": after})})
+            raise ApiError(410, "Expired", _CONTINUE_EXPIRED)
         return snap[1], snap[0], int(data.get("o", 0))
+
+    # ---- etcd compaction
+    def _compacted(self, c: Cluster, token: dict[str, Any]) -> bool:
+        """Whether etcd was compacted past the revision of the list ``token`` continues: two compaction
+        ticks since the list began (see DEFAULT_COMPACTION_S), or a compaction forced since."""
+        if int(token.get("g", 0)) < self._forced_compactions.get(c.id, 0):
+            return True
+        interval = float(self.fleet.timings.get("etcd_compaction_s", DEFAULT_COMPACTION_S))
+        began = token.get("t")
+        if interval <= 0 or not isinstance(began, int | float):
+            return False
+        epoch = self.fleet.clock.epoch_sim
+        return (self.fleet.now() - epoch) // interval - (float(began) - epoch) // interval >= 2
+
+    def compact(self, c: Cluster) -> None:
+        """Compact the cluster's etcd now: every continue token handed out so far is expired (the hook for
+        tests and fault rules)."""
+        self._forced_compactions[c.id] = self._forced_compactions.get(c.id, 0) + 1
+        c.list_snapshots.clear()
 
     def _select(self, c: Cluster, req: Request, key: str, ns: str | None) -> list[KObj]:
         try:
@@ -423,6 +546,7 @@ class KubeApi:
                            f"API version ({want})")
 
     def _create(self, c: Cluster, req: Request, key: str, ns: str | None) -> Response:
+        dry = _dry_run(req, "CreateOptions")
         body = self._body(req)
         self._check_kind(c, key, body)
         group, _v, kind, namespaced = c.resources()[key]
@@ -435,7 +559,9 @@ class KubeApi:
                                "sent on the request")
             meta["namespace"] = ns
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = f"{meta['generateName']}{self.fleet.rand_suffix(5)}"
+            # a dry run must not draw from the fleet's seeded rng (it would change the rest of the run)
+            suffix = self._dry_suffix() if dry else self.fleet.rand_suffix(5)
+            meta["name"] = f"{meta['generateName']}{suffix}"
         name = meta.get("name") or ""
         causes = []
         if not name:
@@ -449,19 +575,24 @@ class KubeApi:
         if c.get(key, ns or "", name) is not None:
             raise ApiError(409, "AlreadyExists", f'{key.split(".", 1)[0]}{"." + group if group else ""} "{name}" '
                            "already exists", {"name": name, "group": group, "kind": key.split(".", 1)[0]})
-        if req.arg("dryRun") == "All":
-            return Response.json(201, body)
         for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
             meta.pop(k, None)
+        if dry:
+            # admission runs on dry runs too: a create in a terminating namespace is refused
+            c.admit_create(key, ns or "", str((body.get("metadata") or {}).get("name") or ""))
+            return Response.json(201, self._preview_create(c, key, body))
         if key == "pods":
             kobj: KObj = c.create_pod(body)
         elif key == "nodes":
-            raise ApiError(403, "Forbidden", "nodes are created by the cloud provider in this simulator")
+            # a kubelet registering, or a cluster admin: stored as posted, status included, backed by no VM
+            # (kubernetes/kubernetes pkg/registry/core/node/strategy.go PrepareForCreate)
+            kobj = c.register_node(body)
         else:
             kobj = c.put(key, body)
         return Response(status=201, body=kobj.raw(), headers={"Content-Type": "application/json"})
 
     def _update(self, c: Cluster, req: Request, key: str, ns: str, name: str, *, status: bool) -> Response:
+        dry = _dry_run(req, "UpdateOptions")
         body = self._body(req)
         self._check_kind(c, key, body)
         obj = c.get(key, ns, name)
@@ -482,10 +613,13 @@ class KubeApi:
         if causes:
             raise _invalid(kind, name, causes, group)
         new = copy.deepcopy(body)
+        if dry:
+            return Response.json(200, self._preview_update(key, obj, new, status=status))
         self._commit(c, key, obj, new, status=status)
         return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
 
     def _patch(self, c: Cluster, req: Request, key: str, ns: str, name: str, *, status: bool) -> Response:
+        dry = _dry_run(req, "PatchOptions")
         obj = c.get(key, ns, name)
         group, _v, kind, _ = c.resources()[key]
         if obj is None:
@@ -526,41 +660,18 @@ class KubeApi:
         causes = _validate(key, new)
         if causes:
             raise _invalid(kind, name, causes, group)
+        if dry:
+            return Response.json(200, self._preview_update(key, obj, new, status=status))
         self._commit(c, key, obj, new, status=status)
         return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
 
     def _commit(self, c: Cluster, key: str, obj: KObj, new: dict[str, Any], *, status: bool) -> None:
         """Apply an updated object: which parts may change depends on the endpoint (main or status)."""
-        old_meta = obj.meta
-        new_meta = new.get("metadata") or {}
-        keep = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                "ownerReferences", "generation")
-        merged_meta = {k: v for k, v in new_meta.items() if k not in keep and k != "resourceVersion"}
-        for k in keep:
-            if k == "ownerReferences" and "ownerReferences" in new_meta:
-                merged_meta[k] = new_meta[k]
-            elif k in old_meta:
-                merged_meta[k] = old_meta[k]
-        if status:
-            merged_meta = dict(old_meta)
-            if "status" in new:
-                obj.obj["status"] = new["status"]
-            if isinstance(obj, Node):
-                obj.obj["status"].setdefault("conditions", [])
-        else:
-            if key == "pods":
-                _check_pod_update(obj, new)
-            spec_changed = "spec" in new and new.get("spec") != obj.obj.get("spec")
-            if "spec" in new:
-                obj.obj["spec"] = new["spec"]
-            if key not in ("nodes", "pods") and "status" in new and key in ("events", "events.events.k8s.io",
-                                                                          "configmaps"):
-                obj.obj["status"] = new["status"]
-            for extra in set(new) - {"metadata", "spec", "status", "kind", "apiVersion"}:
-                obj.obj[extra] = new[extra]
-            if spec_changed and key not in ("nodes", "pods"):
-                merged_meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        obj.obj["metadata"] = merged_meta
+        if not status and key == "pods":
+            _check_pod_update(obj, new)
+        obj.obj.update(_update_fields(key, obj.obj, new, status=status))
+        if status and isinstance(obj, Node):
+            obj.obj["status"].setdefault("conditions", [])
         if isinstance(obj, Node):
             c.sync_node(obj)
             if status:
@@ -574,20 +685,111 @@ class KubeApi:
 
             obj.requests = pod_requests(obj.obj.get("spec") or {})
 
+    # ---- dry runs (kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/registry/generic/registry/dryrun.go)
+    # A dry-run request runs defaulting, admission and validation and answers with the object as it
+    # would be, but DryRunnableStorage never writes: nothing is stored, no resourceVersion is taken, no
+    # watch event is sent, and nothing the write would set off (scheduling, grace-period timers,
+    # controllers) happens.
+    def _dry_suffix(self) -> str:
+        n = next(self._dry_ids)
+        return hashlib.sha256(f"dry-run-{n}".encode()).hexdigest()[:5]
+
+    def _preview_create(self, c: Cluster, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The object a create would store (store.go Create: BeforeCreate fills uid and
+        creationTimestamp; DryRunnableStorage.Create returns it without a resourceVersion)."""
+        obj = copy.deepcopy(body)
+        meta = obj["metadata"]
+        group, version, kind, _namespaced = c.resources()[key]
+        obj["apiVersion"] = f"{group}/{version}" if group else version
+        obj["kind"] = kind
+        meta["uid"] = str(uuid.UUID(hashlib.sha256(f"{c.id}|{key}|{meta.get('namespace', '')}|{meta['name']}|"
+                                                   f"{self._dry_suffix()}".encode()).hexdigest()[:32]))
+        meta["creationTimestamp"] = iso(self.fleet.now())
+        if key == "pods":  # the defaults sim.model.Cluster.create_pod gives a stored pod
+            spec = obj.setdefault("spec", {})
+            for k, v in (("restartPolicy", "Always"), ("terminationGracePeriodSeconds", 30),
+                         ("schedulerName", "default-scheduler"), ("dnsPolicy", "ClusterFirst"),
+                         ("serviceAccountName", "default")):
+                spec.setdefault(k, v)
+            tolerations = spec.setdefault("tolerations", [])
+            for tkey in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+                if not any(t.get("key") == tkey for t in tolerations):
+                    tolerations.append({"key": tkey, "operator": "Exists", "effect": "NoExecute",
+                                        "tolerationSeconds": 300})
+            for ctr in spec.get("containers") or []:
+                ctr.setdefault("imagePullPolicy", "IfNotPresent")
+                ctr.setdefault("terminationMessagePath", "/dev/termination-log")
+                ctr.setdefault("terminationMessagePolicy", "File")
+                ctr.setdefault("resources", {})
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif key == "namespaces":
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj.setdefault("status", {"phase": "Active"})
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        else:
+            meta.setdefault("generation", 1)
+        return obj
+
+    @staticmethod
+    def _preview_update(key: str, obj: KObj, new: dict[str, Any], *, status: bool) -> dict[str, Any]:
+        """The object an update or patch would leave (DryRunnableStorage.GuaranteedUpdate runs the update
+        function on the current object and returns the result unsaved: same resourceVersion)."""
+        if not status and key == "pods":
+            _check_pod_update(obj, new)
+        current = msgspec.json.decode(obj.raw())
+        current.update(copy.deepcopy(_update_fields(key, current, new, status=status)))
+        current["metadata"]["resourceVersion"] = obj.meta.get("resourceVersion", "")
+        return current
+
+    def _preview_delete(self, c: Cluster, key: str, obj: KObj, opts: dict[str, Any]) -> Response:
+        """What a delete would answer (store.go Delete with a dry run): a pod comes back marked for
+        graceful deletion (deletionTimestamp = now + grace, the pod strategy's CheckGracefulDelete picks
+        the grace); a namespace comes back Terminating (pkg/registry/core/namespace/storage); an object
+        with finalizers or a Foreground deletion comes back with its deletionTimestamp set; anything else
+        is deleted at once, and the answer is the Success Status (finalizeDelete)."""
+        now = self.fleet.now()
+        current = msgspec.json.decode(obj.raw())
+        meta = current["metadata"]
+        group = c.resources()[key][0]
+        if isinstance(obj, Pod):
+            if not meta.get("deletionTimestamp"):
+                grace = opts.get("gracePeriodSeconds")
+                grace = int((current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                            if grace is None else grace)
+                if not obj.node_name or obj.phase in ("Succeeded", "Failed"):
+                    grace = 0
+                grace = 1 if grace < 0 else grace
+                meta["deletionTimestamp"] = iso(now + grace)
+                meta["deletionGracePeriodSeconds"] = grace
+            return Response.json(200, current)
+        if key == "namespaces":
+            meta.setdefault("deletionTimestamp", iso(now))
+            current.setdefault("status", {})["phase"] = "Terminating"
+            return Response.json(200, current)
+        policy = opts.get("propagationPolicy") or "Background"
+        if key != "nodes" and (meta.get("finalizers") or policy == "Foreground"):
+            if policy == "Foreground" and "foregroundDeletion" not in (meta.get("finalizers") or []):
+                meta["finalizers"] = [*(meta.get("finalizers") or []), "foregroundDeletion"]
+            meta.setdefault("deletionTimestamp", iso(now))
+            meta.setdefault("deletionGracePeriodSeconds", 0)
+            return Response.json(200, current)
+        return _status_success(obj.name, group, key.split(".", 1)[0], obj.meta.get("uid", ""))
+
     def _delete(self, c: Cluster, req: Request, key: str, ns: str, name: str) -> Response:
         obj = c.get(key, ns, name)
         group = c.resources()[key][0]
         if obj is None:
             raise _not_found(key.split(".", 1)[0], name, group)
         opts = self._delete_options(req)
+        dry = _dry_run(req, "DeleteOptions", opts)
         pre = (opts.get("preconditions") or {})
         if pre.get("uid") and pre["uid"] != obj.meta.get("uid"):
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {key} "{name}": Precondition failed: '
                            f"UID in precondition: {pre['uid']}, UID in object meta: {obj.meta.get('uid')}")
         if pre.get("resourceVersion") and str(pre["resourceVersion"]) != obj.meta.get("resourceVersion"):
             raise _conflict(key, name, group)
-        if req.arg("dryRun") == "All":
-            return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
+        if dry:
+            return self._preview_delete(c, key, obj, opts)
         if isinstance(obj, Pod):
             grace = opts.get("gracePeriodSeconds")
             c.delete_pod(obj, grace=None if grace is None else int(grace), cause="delete")
@@ -596,17 +798,10 @@ class KubeApi:
             c.delete_node(name, cause="node_object_deleted")
             return _status_success(name, group, "nodes", obj.meta.get("uid", ""))
         if key == "namespaces":
-            for pod in c.items("pods", name):
-                c.delete_pod(pod, cause="owner_deleted")
-            for res in list(c.store):
-                if res != "namespaces":
-                    for o in c.items(res, name):
-                        c.remove(res, name, o.name)
-            c.remove("namespaces", "", name)
-            obj.obj.setdefault("status", {})["phase"] = "Terminating"
-            obj.meta["deletionTimestamp"] = iso(self.fleet.now())
-            obj.invalidate()
-            return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
+            # Terminating until the namespace controller has emptied it; 403 for the immortal ones,
+            # 409 when termination is under way (Cluster.delete_namespace cites the sources).
+            ns_obj = c.delete_namespace(name)
+            return Response(status=200, body=ns_obj.raw(), headers={"Content-Type": "application/json"})
         policy = opts.get("propagationPolicy") or "Background"
         if policy == "Orphan":
             c.store[key].pop((ns, name), None)
@@ -622,7 +817,17 @@ class KubeApi:
     def _delete_collection(self, c: Cluster, req: Request, key: str, ns: str | None) -> Response:
         if key in ("nodes", "namespaces"):
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        opts = self._delete_options(req)
+        dry = _dry_run(req, "DeleteOptions", opts)
         objs = self._select(c, req, key, ns)
+        if dry:  # the list of what would go, each as its own dry-run delete would answer
+            items = []
+            for o in objs:
+                answer = self._preview_delete(c, key, o, opts)
+                items.append(json.loads(answer.body) if isinstance(o, Pod) else msgspec.json.decode(o.raw()))
+            group, version, kind, _ = c.resources()[key]
+            return Response.json(200, {"kind": f"{kind}List", "apiVersion": f"{group}/{version}" if group else version,
+                                       "metadata": {"resourceVersion": str(c.rv)}, "items": items})
         for o in objs:
             if isinstance(o, Pod):
                 c.delete_pod(o, cause="delete")
@@ -658,40 +863,133 @@ class KubeApi:
 
     # ---- eviction
     def _evict(self, c: Cluster, req: Request, ns: str, name: str) -> Response:
+        """``POST pods/<name>/eviction``, answered as kubernetes/kubernetes
+        pkg/registry/core/pod/storage/eviction.go (EvictionREST.Create, checkAndDecrement) does:
+
+        - NamespaceLifecycle admission first: 403 Forbidden with cause ``NamespaceTerminating`` in a
+          terminating namespace (an Eviction is a create), whatever the pod's state;
+        - a pod that is Pending, Succeeded, Failed or already terminating is deleted without a PDB check;
+        - more than one matching PDB: 500 (a Status with no reason);
+        - an unready pod: deleted without using the budget when the PDB says
+          ``unhealthyPodEvictionPolicy: AlwaysAllow``, or (IfHealthyBudget, the default) when
+          ``currentHealthy >= desiredHealthy > 0``; otherwise it goes through checkAndDecrement;
+        - checkAndDecrement, on the PDB's *stored* status, in this order: observedGeneration < generation
+          -> 429 with Retry-After 10; disruptionsAllowed < 0 -> 403; more than 2000 disruptedPods -> 403;
+          disruptionsAllowed == 0 -> 429 (no Retry-After); else one disruption is used and the pod is
+          recorded in disruptedPods;
+        - ``dryRun=All`` (query or deleteOptions) checks all of that and changes nothing.
+        Deleting marks the pod ``DisruptionTarget`` (reason EvictionByEvictionAPI), then deletes it with
+        the eviction's deleteOptions.
+        """
+        from sim.model import MAX_DISRUPTED_POD_SIZE
+
         body = self._body(req)
         if body.get("kind") not in (None, "Eviction") or body.get("apiVersion") not in (
                 None, "policy/v1", "policy/v1beta1"):
             raise ApiError(400, "BadRequest", "the object provided is unrecognized (must be of type Eviction)")
         meta = body.get("metadata") or {}
+        # admission (staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go)
+        # runs before the eviction storage sees the request
+        c.admit_create("pods", ns, str(meta.get("name") or name))
         if meta.get("name") not in (None, name):
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        opts = body.get("deleteOptions") or {}
+        if not isinstance(opts, dict):
+            raise ApiError(400, "BadRequest", "deleteOptions must be an object")
+        _dry_run(req, "CreateOptions")  # the query's CreateOptions are validated first (422 for a bad value)
+        query_dry = [v for v in req.query.get("dryRun") or [] if v]
+        body_dry = [str(v) for v in opts.get("dryRun") or []]
+        if query_dry and body_dry and query_dry != body_dry:  # propagateDryRun: a plain error, so a 500
+            return Response.json(500, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                       "message": f"Non-matching dry-run options in request and content: "
+                                                  f"[{' '.join(query_dry)}] and [{' '.join(body_dry)}]",
+                                       "code": 500})
+        dry = "All" in (query_dry or body_dry)
         pod = c.pods.get((ns, name))
         if pod is None:
             raise _not_found("pods", name)
-        opts = body.get("deleteOptions") or {}
         pre = opts.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != pod.meta.get("uid"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition failed')
-        ok = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-        if pod.terminating or pod.phase in ("Succeeded", "Failed"):
-            if not pod.terminating:
-                c.delete_pod(pod, grace=0, cause="eviction")
-            return Response.json(201, ok)
+        grace = opts.get("gracePeriodSeconds")
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
+            raise ApiError(400, "BadRequest", "deleteOptions.gracePeriodSeconds must be an integer")
+        ok = Response.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                 "code": 201})
+
+        def delete() -> None:
+            # the delete checks the caller's preconditions (after the budget checks, as on the server)
+            for field_name, have in (("uid", pod.meta.get("uid")),
+                                     ("resourceVersion", pod.meta.get("resourceVersion"))):
+                want = pre.get(field_name)
+                if not want or str(want) == str(have):
+                    continue
+                label = "UID" if field_name == "uid" else "ResourceVersion"
+                if dry:  # the store's Preconditions.Check, through InterpretDeleteError
+                    raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition '
+                                   f"failed: {label} in precondition: {want}, {label} in object meta: {have}",
+                                   {"name": name, "kind": "pods"})
+                # addConditionAndDeletePod: the pod update that adds DisruptionTarget checks them first
+                tail = ("The object might have been deleted and then recreated" if field_name == "uid"
+                        else "The object might have been modified")
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": the {label} in the '
+                               f"precondition ({want}) does not match the {label} in record ({have}). {tail}",
+                               {"name": name, "kind": "Pod"})
+            if dry:
+                return
+            now = iso(self.fleet.now())
+            conds = [x for x in pod.obj["status"].get("conditions") or [] if x.get("type") != "DisruptionTarget"]
+            conds.append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": now, "reason": "EvictionByEvictionAPI",
+                          "message": "Eviction API: evicting"})
+            pod.obj["status"]["conditions"] = conds
+            pod.invalidate()
+            c.delete_pod(pod, grace=grace, cause="eviction")
+
+        # canIgnorePDB: the pod has already stopped or never started, or is already being deleted
+        if pod.terminating or pod.phase in ("Pending", "Succeeded", "Failed"):
+            delete()
+            return ok
         pdbs = c.pdbs_for(pod)
         if len(pdbs) > 1:
-            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction "
-                           "subresource does not support.")
-        blockers = c.disruption_blockers(pod)
-        if blockers:
-            pdb, st = blockers[0]
+            return Response.json(500, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                       "message": "This pod has more than one PodDisruptionBudget, which the "
+                                                  "eviction subresource does not support.", "code": 500})
+        if not pdbs:
+            delete()
+            return ok
+        pdb = pdbs[0]
+        st = pdb.obj.get("status") or {}
+        ready = any(x.get("type") == "Ready" and x.get("status") == "True"
+                    for x in pod.obj["status"].get("conditions") or [])
+        if not ready:
+            policy = (pdb.obj.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+            current, desired = int(st.get("currentHealthy") or 0), int(st.get("desiredHealthy") or 0)
+            if policy == "AlwaysAllow" or (current >= desired and desired > 0):
+                delete()  # an unready pod does not count as healthy: the budget is not used
+                return ok
+        budget_cause = "DisruptionBudget"  # policyv1.DisruptionBudgetCause
+        if int(st.get("observedGeneration") or 0) < int(pdb.meta.get("generation") or 1):
             raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                           {"causes": [{"reason": "DisruptionBudget",
-                                        "message": f"The disruption budget {pdb.name} needs {st['desiredHealthy']} "
-                                                   f"healthy pods and has {st['currentHealthy']} currently"}]})
-            # as the real server: no Retry-After (retryAfterSeconds 0), so clients retry on their own schedule
-        grace = opts.get("gracePeriodSeconds")
-        c.delete_pod(pod, grace=None if grace is None else int(grace), cause="eviction")
-        return Response.json(201, ok)
+                           {"causes": [{"reason": budget_cause, "message": f"The disruption budget {pdb.name} is "
+                                                                           "still being processed by the server."}],
+                            "retryAfterSeconds": 10}, headers={"Retry-After": "10"})
+        allowed = int(st.get("disruptionsAllowed") or 0)
+        forbidden = ("pdb disruptions allowed is negative" if allowed < 0 else
+                     "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
+                     if len(st.get("disruptedPods") or {}) > MAX_DISRUPTED_POD_SIZE else "")
+        if forbidden:
+            raise ApiError(403, "Forbidden", f'poddisruptionbudget.policy "{pdb.name}" is forbidden: {forbidden}',
+                           {"name": pdb.name, "group": "policy", "kind": "poddisruptionbudget"})
+        if allowed == 0:
+            # retryAfterSeconds 0: no Retry-After, clients retry on their own schedule
+            raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                           {"causes": [{"reason": budget_cause,
+                                        "message": f"The disruption budget {pdb.name} needs "
+                                                   f"{int(st.get('desiredHealthy') or 0)} healthy pods and has "
+                                                   f"{int(st.get('currentHealthy') or 0)} currently"}]})
+        if not dry:
+            c.record_pdb_eviction(pdb, pod.name)
+        delete()
+        return ok
 
 
 # --------------------------------------------------------------------------- discovery
@@ -803,6 +1101,11 @@ def _table(c: Cluster, key: str, objs: list[KObj]) -> dict[str, Any]:
             spec, st = o.obj.get("spec") or {}, o.obj.get("status") or {}
             return [o.name, str(spec.get("minAvailable", "N/A")), str(spec.get("maxUnavailable", "N/A")),
                     st.get("disruptionsAllowed", 0), _age(c, o)]
+    elif key == "namespaces":  # pkg/printers/internalversion/printers.go printNamespace: NAME STATUS AGE
+        cols = [col("Name"), col("Status"), col("Age")]
+
+        def cells(o: KObj) -> list[Any]:
+            return [o.name, str((o.obj.get("status") or {}).get("phase") or "Active"), _age(c, o)]
     else:
         cols = [col("Name"), col("Age")]
 
@@ -821,33 +1124,91 @@ def _table(c: Cluster, key: str, objs: list[KObj]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- selectors
 
 
+# The field labels each kind accepts and how an unknown one is refused: kubernetes/kubernetes
+# pkg/apis/core/v1/conversion.go (AddFieldLabelConversionFunc for Pod, Node, Event, Namespace) and
+# staging/src/k8s.io/apimachinery/pkg/runtime/conversion.go (DefaultMetaV1FieldSelectorConversion).
 _FIELD_OK = {
     "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "spec.restartPolicy",
-             "spec.schedulerName", "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"},
-    "nodes": {"metadata.name", "spec.unschedulable"},
+             "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.podIP", "status.podIPs",
+             "status.nominatedNodeName"},
+    "nodes": {"metadata.name", "metadata.namespace", "spec.unschedulable"},
+    "namespaces": {"metadata.name", "status.phase"},
+    "events": {"metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
+               "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
+               "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
+               "source", "type"},
 }
+_FIELD_NOT_SUPPORTED = {"pods", "namespaces", "events"}  # "field label not supported: X"; others: the default text
+
+
+def _field_terms(text: str) -> list[str]:
+    """fields.splitTerms: split at commas that are not backslash-escaped."""
+    terms, start, escaped = [], 0, False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def _unescape_field_value(value: str) -> str:
+    """fields.UnescapeValue: ``\\``, ``\\,`` and ``\\=`` are escapes; a bare ``,`` or ``=`` is an error."""
+    if not any(ch in value for ch in "\\,="):
+        return value
+    out, escaped = [], False
+    for ch in value:
+        if escaped:
+            if ch not in "\\,=":
+                raise ApiError(400, "BadRequest", f"invalid field selector: invalid escape sequence: \\{ch}")
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in ",=":
+            raise ApiError(400, "BadRequest", f"invalid field selector: unescaped character in value: {ord(ch)}")
+        else:
+            out.append(ch)
+    if escaped:
+        raise ApiError(400, "BadRequest", "invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
 
 
 def _parse_field_selector(text: str, key: str) -> list[tuple[str, str, str]]:
+    """A port of staging/src/k8s.io/apimachinery/pkg/fields/selector.go parseSelector (terms split at
+    unescaped commas, split at the first ``!=``, ``==`` or ``=``, no trimming, values unescaped), then the
+    kind's field label conversion; every failure is a 400 BadRequest with the real text."""
     out = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        if "!=" in part:
-            f, v = part.split("!=", 1)
-            op = "!="
-        elif "==" in part:
-            f, v = part.split("==", 1)
-            op = "="
-        elif "=" in part:
-            f, v = part.split("=", 1)
-            op = "="
-        else:
-            raise ApiError(400, "BadRequest", f"invalid field selector: {part!r}")
-        f = f.strip()
+    if not text:
+        return out
+    for part in sorted(_field_terms(text)):
+        if part == "":
+            continue
+        split = None
+        for i in range(len(part)):
+            for op in ("!=", "==", "="):
+                if part.startswith(op, i):
+                    split = (part[:i], op, part[i + len(op):])
+                    break
+            if split:
+                break
+        if split is None:
+            raise ApiError(400, "BadRequest", f"invalid selector: '{text}'; can't understand '{part}'")
+        f, op, raw = split
+        value = _unescape_field_value(raw)
         allowed = _FIELD_OK.get(key, {"metadata.name", "metadata.namespace"})
+        if f == "spec.host" and key == "pods":  # old v1 clients; the conversion maps it
+            f = "spec.nodeName"
         if f not in allowed:
-            raise ApiError(400, "BadRequest", f'"{f}" is not a known field selector: only "'
-                           + '", "'.join(sorted(allowed)) + '"')
-        out.append((f, op, v.strip()))
+            if key in _FIELD_NOT_SUPPORTED:
+                raise ApiError(400, "BadRequest", f"field label not supported: {f}")
+            raise ApiError(400, "BadRequest", f'"{f}" is not a known field selector: only "metadata.name", '
+                           '"metadata.namespace"')
+        out.append((f, "!=" if op == "!=" else "=", value))
     return out
 
 
@@ -860,6 +1221,19 @@ def _field_ok(o: KObj, f: str, op: str, v: str) -> bool:
     if cur is None:
         cur = "false" if f == "spec.unschedulable" else ""
     return (str(cur) == v) if op == "=" else (str(cur) != v)
+
+
+class _Meta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+
+
+class _MetaOnly(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+def _encode_continue(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
 def _decode_continue(token: str) -> dict[str, Any]:
@@ -1016,6 +1390,59 @@ def _check_pod_update(pod: KObj, new: dict[str, Any]) -> None:
                                           "`spec.containers[*].image`", "FieldValueForbidden")])
 
 
+def _update_fields(key: str, old: dict[str, Any], new: dict[str, Any], *, status: bool) -> dict[str, Any]:
+    """The top-level fields an update through the main or the status endpoint sets on ``old`` (pure):
+    the status endpoint changes only the status; the main one the spec (and the other top-level
+    fields), the user-settable metadata, and the generation when a non-pod, non-node spec changes."""
+    old_meta = old.get("metadata") or {}
+    if status:
+        out: dict[str, Any] = {"metadata": dict(old_meta)}
+        if "status" in new:
+            out["status"] = new["status"]
+        return out
+    new_meta = new.get("metadata") or {}
+    keep = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+            "ownerReferences", "generation")
+    merged_meta = {k: v for k, v in new_meta.items() if k not in keep and k != "resourceVersion"}
+    for k in keep:
+        if k == "ownerReferences" and "ownerReferences" in new_meta:
+            merged_meta[k] = new_meta[k]
+        elif k in old_meta:
+            merged_meta[k] = old_meta[k]
+    out = {}
+    if "spec" in new:
+        out["spec"] = new["spec"]
+    if key in ("events", "events.events.k8s.io", "configmaps") and "status" in new:
+        out["status"] = new["status"]
+    for extra in set(new) - {"metadata", "spec", "status", "kind", "apiVersion"}:
+        out[extra] = new[extra]
+    if "spec" in new and new.get("spec") != old.get("spec") and key not in ("nodes", "pods"):
+        merged_meta["generation"] = int(old_meta.get("generation", 1)) + 1
+    out["metadata"] = merged_meta
+    return out
+
+
+def _dry_run(req: Request, options_kind: str, body_options: dict[str, Any] | None = None) -> bool:
+    """Whether the request is a dry run (``?dryRun=All``, or ``dryRun: [All]`` in DeleteOptions); any other
+    value is refused as the apiserver's ValidateDryRun refuses it
+    (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go), with a 422."""
+    values = list(req.query.get("dryRun") or [])
+    extra = (body_options or {}).get("dryRun")
+    if isinstance(extra, list):
+        values += [str(v) for v in extra]
+    elif extra is not None:
+        raise ApiError(400, "BadRequest", f"couldn't decode {options_kind}: dryRun must be a list of strings")
+    if not values:
+        return False
+    if any(v != "All" for v in values):
+        shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+        message = f'Unsupported value: {shown}: supported values: "All"'
+        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {message}',
+                       {"group": "meta.k8s.io", "kind": options_kind,
+                        "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}]})
+    return True
+
+
 def _status_success(name: str, group: str, kind: str, uid: str) -> Response:
     return Response.json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "details": {"name": name, "group": group, "kind": kind, "uid": uid}})
@@ -1060,8 +1487,16 @@ def _strategic_patch(target: Any, patch: Any, field_name: str) -> Any:
             out.pop(k, None)
             continue
         merge_key = _STRATEGIC_KEYS.get(k)
-        if isinstance(v, list) and merge_key and isinstance(out.get(k), list):
-            out[k] = _merge_list(out[k], v, merge_key)
+        if isinstance(v, list) and merge_key:
+            out[k] = _merge_list(out[k] if isinstance(out.get(k), list) else [], v, merge_key)
+        elif isinstance(v, list) and k in _STRATEGIC_PRIMITIVE_MERGE:
+            current = out[k] if isinstance(out.get(k), list) else []
+            out[k] = [*current, *[x for x in v if x not in current]]
+        elif isinstance(v, list):
+            # replaced whole; a "$patch" directive inside such a list means nothing to the server, and the
+            # unknown field is dropped when the object is decoded
+            out[k] = [{ik: iv for ik, iv in x.items() if ik != "$patch"} if isinstance(x, dict) else x
+                      for x in copy.deepcopy(v)]
         elif isinstance(v, dict):
             merged = _strategic_patch(out.get(k), v, k)
             if merged is None:

@@ -35,13 +35,38 @@ def iso(ts: float) -> str:
 
 
 class OperationFailure(Exception):
-    """Raised by an operation's work callback: the operation ends Failed with this ARM error."""
+    """Raised by an operation's work callback: the operation ends Failed with this ARM error
+    (an ErrorDetail: ``code``, ``message`` and, for a wrapped error, ``details``)."""
 
-    def __init__(self, code: str, message: str, *, http_status: int = 400) -> None:
+    def __init__(self, code: str, message: str, *, http_status: int = 400,
+                 details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.http_status = http_status
+        self.details = details or []
+
+    def error(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            err["details"] = [dict(d) for d in self.details]
+        return err
+
+
+def deployment_failure(resource: str, code: str, message: str, *, deployment: str) -> OperationFailure:
+    """Compute's refusal as AKS reports it at the end of a pool operation: inside a template deployment
+    error whose ``details[]`` carry Compute's own code.
+
+    The shape AKS users see for a quota refused while the VM scale set is deployed (MicrosoftDocs/
+    azure-docs#62378: "Provisioning of resource(s) for Agent Pool npwin failed. Error: {"code":
+    "InvalidTemplateDeployment", ..., "details": [{"code": "QuotaExceeded", "message": "Operation could not
+    be completed as it results in exceeding approved Total Regional Cores quota..."}]}"; mspnp/aks-baseline#377).
+    """
+    return OperationFailure(
+        "InvalidTemplateDeployment",
+        f"Provisioning of resource(s) for {resource} failed. Error: The template deployment '{deployment}' is not "
+        "valid according to the validation procedure. See inner errors for details.",
+        http_status=400, details=[{"code": code, "message": message}])
 
 
 @dataclass
@@ -57,7 +82,7 @@ class Operation:
     kind: str = ""  # create | update | scale | delete | deleteMachines | restart | reimage
     status: str = "InProgress"
     ended: float | None = None
-    error: dict[str, str] | None = None
+    error: dict[str, Any] | None = None
     error_http_status: int = 400
     on_cancel: Callable[[], None] | None = field(default=None, repr=False)
 
@@ -132,11 +157,15 @@ class Operations:
             if op.done:
                 return
             try:
+                if fail is not None and fail[0] == "QuotaExceeded" and provider == AKS_PROVIDER:
+                    # A quota refused by Compute while AKS deploys the scale set: wrapped, as AKS reports it.
+                    raise deployment_failure(f"Agent Pool {resource_id.rsplit('/', 1)[-1]}", fail[0], fail[1],
+                                             deployment=op.id)
                 if fail is not None:
                     raise OperationFailure(fail[0], fail[1], http_status=500)
                 work(op)
             except OperationFailure as exc:
-                op.error = {"code": exc.code, "message": exc.message}
+                op.error = exc.error()
                 op.error_http_status = exc.http_status
             except Exception as exc:  # a bug in a callback must fail the operation, not the simulator
                 op.error = {"code": "InternalOperationError", "message": f"{type(exc).__name__}: {exc}"}
@@ -216,4 +245,6 @@ class Operations:
         if op.status == "Succeeded":
             return Response(status=204) if op.provider == AKS_PROVIDER else Response.json(200, op.status_body())
         err = op.error or {"code": "OperationFailed", "message": "The operation failed."}
+        if err.get("details"):
+            return Response.json(op.error_http_status, {"error": dict(err)})
         return Response.arm_error(op.error_http_status, err["code"], err["message"])

@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from sim import psa
 from sim.tokens import TokenIssuer
 
 log = logging.getLogger("sim.model")
@@ -49,6 +50,13 @@ DEFAULT_TIMINGS: dict[str, float] = {
     "pod_start_s": 2.0,
     "job_run_s": 60.0,
     "nap_provision_s": 30.0,
+    "nap_terminate_s": 10.0,  # Karpenter's termination of a deleted NodeClaim (node and VM gone)
+    # node-problem-detector's custom plugin monitor after a boot: the first plugin run comes one
+    # invoke_interval after start (NPD's default 30 s, pkg/custompluginmonitor/types/config.go).
+    "npd_first_check_s": 30.0,
+    # the disruption controller's lag: a PDB created or changed (spec, or status written by a client)
+    # is observed this long after (status.observedGeneration < metadata.generation until then)
+    "pdb_observe_s": 1.0,
 }
 
 NPD_GPU_CONDITIONS = ("UnhealthyNvidiaDevicePlugin", "UnhealthyNvidiaDCGMServices", "XIDErrors", "GPUMissing")
@@ -61,6 +69,25 @@ NPD_GPU_REASONS = {
 NPD_BASE_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "FrequentKubeletRestart", "FrequentContainerdRestart")
 MANAGED_GPU_TAG = "EnableManagedGPUExperience"
 REPAIR_RUNGS = ("restart", "reimage", "replace", "never")
+# NamespaceLifecycle's immortal namespaces (admission/plugin/namespace/lifecycle/admission.go Register)
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
+# kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go MaxDisruptedPodSize
+MAX_DISRUPTED_POD_SIZE = 2000
+# kubernetes/kubernetes pkg/controller/disruption/disruption.go DeletionTimeout
+PDB_DELETION_TIMEOUT_S = 120.0
+# simulator only: a pod with this annotation has its finalizers removed this many seconds after its
+# final delete, as the controller owning the finalizer would (scenario `pod_finalizers_release_s`)
+FINALIZER_RELEASE_ANNOTATION = "sim.fleet/finalizer-release-seconds"
+SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"  # label and taint key of spot nodes (AKS)
+# AKS node auto-drain cordons a spot node whose VM got a Preempt scheduled event with this taint
+# (https://learn.microsoft.com/azure/aks/node-auto-drain).
+PREEMPT_TAINT = "remediator.kubernetes.azure.com/unschedulable"
+# The cloud node lifecycle controller taints a node whose VM is stopped or deallocated
+# (kubernetes/cloud-provider controllers/nodelifecycle/node_lifecycle_controller.go, ShutdownTaint).
+SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+LOW_PRIORITY_QUOTA = "lowPriorityCores"  # the regional Spot vCPU quota (Microsoft.Compute usages name)
+# A Preempt scheduled event comes at least 30 s ahead (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
+SPOT_NOTICE_S = 30.0
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -140,6 +167,37 @@ def is_workload_pod(obj: dict[str, Any]) -> bool:
     return not is_mirror(obj) and not (ref and ref.get("kind") == "DaemonSet")
 
 
+def namespace_terminating_error(resource: str, namespace: str, name: str) -> Exception:
+    """NamespaceLifecycle's answer to a create in a terminating namespace: ``admission.NewForbidden``
+    (``<resource>[.<group>] "<name>" is forbidden: ...``) with the ``NamespaceTerminating`` cause.
+
+    kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go,
+    staging/src/k8s.io/apiserver/pkg/admission/errors.go (NewForbidden: the object's name, else "Unknown").
+    ``resource`` is the store key (``pods``, ``deployments.apps``): plural then group, as GroupResource prints.
+    """
+    from sim.kube_api import ApiError
+
+    plural, _, group = resource.partition(".")
+    name = name or "Unknown"
+    return ApiError(403, "Forbidden",
+                    f'{resource} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+                    "because it is being terminated",
+                    {"name": name, "group": group, "kind": plural,
+                     "causes": [{"reason": "NamespaceTerminating",
+                                 "message": f"namespace {namespace} is being terminated",
+                                 "field": "metadata.namespace"}]})
+
+
+def never_ready(obj: dict[str, Any]) -> bool:
+    """A pod whose readiness probe can never pass (``exec: [false]``): it runs but never turns Ready,
+    as a pod in CrashLoopBackOff or failing its probe does (scenario workloads with ``ready: false``)."""
+    for c in (obj.get("spec") or {}).get("containers") or []:
+        cmd = ((c.get("readinessProbe") or {}).get("exec") or {}).get("command") or []
+        if list(cmd) in (["false"], ["/bin/false"]):
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------- label selectors
 
 
@@ -147,51 +205,246 @@ class SelectorError(ValueError):
     pass
 
 
-_SET_RE = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+# A port of the label selector lexer and parser of kubernetes/kubernetes
+# staging/src/k8s.io/apimachinery/pkg/labels/selector.go (Lexer, Parser.parse, parseRequirement,
+# parseValues, parseIdentifiersList, parseExactValue, NewRequirement) and of the key and value checks of
+# staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go (IsQualifiedName, IsValidLabelValue),
+# so that a malformed selector gets the API server's own error text. The server answers it as a
+# 400 BadRequest whose message is this error (apiserver handlers: DecodeParameters -> NewBadRequest).
+_TOKENS = {")": "ClosedPar", ",": "Comma", "!": "DoesNotExist", "==": "DoubleEquals", "=": "Equals",
+           ">": "GreaterThan", "in": "In", "<": "LessThan", "!=": "NotEquals", "notin": "NotIn", "(": "OpenPar"}
+_SPECIAL = set("=!(),><")
+_WHITESPACE = set(" \t\r\n")
+_BINARY_OPERATORS = "in, notin, =, ==, !=, gt, lt"
+_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME_RE = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
+_DNS1123_SUBDOMAIN_FMT = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_DNS1123_SUBDOMAIN_RE = re.compile(f"^{_DNS1123_SUBDOMAIN_FMT}$")
+_LABEL_VALUE_FMT = f"({_QUALIFIED_NAME_FMT})?"
+_LABEL_VALUE_RE = re.compile(f"^{_LABEL_VALUE_FMT}$")
 
 
-def _split_selector(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """validation.RegexError: the examples are joined with " or " after a trailing ", " (two spaces)."""
+    return msg + " (e.g. " + " or ".join(f"'{e}', " for e in examples) + f"regex used for validation is '{fmt}')"
+
+
+def _label_key_errors(key: str) -> list[str]:
+    """validation.IsQualifiedName."""
+    errs: list[str] = []
+    parts = key.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errs.append("prefix part must be non-empty")
         else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return parts
+            if len(prefix) > 253:
+                errs.append("prefix part must be no more than 253 characters")
+            if not _DNS1123_SUBDOMAIN_RE.match(prefix):
+                errs.append("prefix part " + _regex_error(
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                    "and must start and end with an alphanumeric character", _DNS1123_SUBDOMAIN_FMT, "example.com"))
+    else:
+        return ["a qualified name " + _regex_error(
+            "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+            "character", _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+    if not name:
+        errs.append("name part must be non-empty")
+    elif len(name) > 63:
+        errs.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME_RE.match(name):
+        errs.append("name part " + _regex_error(
+            "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+            "character", _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"))
+    return errs
+
+
+def _label_value_errors(value: str) -> list[str]:
+    """validation.IsValidLabelValue."""
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE_RE.match(value):
+        errs.append(_regex_error("a valid label must be an empty string or consist of alphanumeric characters, '-', "
+                                 "'_' or '.', and must start and end with an alphanumeric character",
+                                 _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
+    return errs
+
+
+def _lex(text: str) -> list[tuple[str, str]]:
+    """Lexer.Lex over the whole input: (token, literal) pairs ending with ("EndOfString", "")."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in _WHITESPACE:
+            i += 1
+        if i >= n:
+            out.append(("EndOfString", ""))
+            return out
+        if text[i] in _SPECIAL:  # scanSpecialSymbol: the longest operator made of special symbols
+            buf, last, j = "", None, i
+            while j < n and text[j] in _SPECIAL:
+                buf += text[j]
+                if buf in _TOKENS:
+                    last = (_TOKENS[buf], buf)
+                    j += 1
+                elif last is not None:
+                    break
+                else:
+                    j += 1
+            if last is None:
+                out.append(("Error", f"error expected: keyword found '{buf}'"))
+                i = j
+            else:
+                out.append(last)
+                i += len(last[1])
+            continue
+        j = i  # scanIDOrKeyword
+        while j < n and text[j] not in _SPECIAL and text[j] not in _WHITESPACE:
+            j += 1
+        word = text[i:j]
+        out.append((_TOKENS.get(word, "Identifier"), word))
+        i = j
+
+
+class _LabelParser:
+    def __init__(self, text: str) -> None:
+        self.items = _lex(text)
+        self.pos = 0
+
+    def _get(self, values: bool, advance: bool) -> tuple[str, str]:
+        tok, lit = self.items[min(self.pos, len(self.items) - 1)]
+        if advance:
+            self.pos += 1
+        if values and tok in ("In", "NotIn"):  # 'in' and 'notin' are plain values in a value context
+            tok = "Identifier"
+        return tok, lit
+
+    def lookahead(self, values: bool = True) -> tuple[str, str]:
+        return self._get(values, False)
+
+    def consume(self, values: bool = True) -> tuple[str, str]:
+        return self._get(values, True)
+
+    def parse(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        reqs: list[tuple[str, str, tuple[str, ...]]] = []
+        while True:
+            tok, lit = self.lookahead()
+            if tok in ("Identifier", "DoesNotExist"):
+                try:
+                    reqs.append(self.requirement())
+                except SelectorError as e:
+                    raise SelectorError(f"unable to parse requirement: {e}") from None
+                t, lit2 = self.consume()
+                if t == "EndOfString":
+                    return reqs
+                if t == "Comma":
+                    t2, l2 = self.lookahead()
+                    if t2 not in ("Identifier", "DoesNotExist"):
+                        raise SelectorError(f"found '{l2}', expected: identifier after ','")
+                else:
+                    raise SelectorError(f"found '{lit2}', expected: ',' or 'end of string'")
+            elif tok == "EndOfString":
+                return reqs
+            else:
+                raise SelectorError(f"found '{lit}', expected: !, identifier, or 'end of string'")
+
+    def requirement(self) -> tuple[str, str, tuple[str, ...]]:
+        op = ""
+        tok, key = self.consume()
+        if tok == "DoesNotExist":
+            op = "DoesNotExist"
+            tok, key = self.consume()
+        if tok != "Identifier":
+            raise SelectorError(f"found '{key}', expected: identifier")
+        errs = _label_key_errors(key)
+        if errs:  # validateLabelKey with a nil field path
+            raise SelectorError(f'<nil>: Invalid value: "{key}": {"; ".join(errs)}')
+        if op == "DoesNotExist" or self.lookahead()[0] in ("EndOfString", "Comma"):
+            # '!a=b' stops after 'a' (parseRequirement returns at once), so the '=' is what is refused
+            return key, op or "Exists", ()
+        tok, lit = self.consume(values=False)
+        ops = {"In": "In", "NotIn": "NotIn", "Equals": "=", "DoubleEquals": "==", "NotEquals": "!=",
+               "GreaterThan": "gt", "LessThan": "lt"}
+        if tok not in ops:
+            raise SelectorError(f"found '{lit}', expected: {_BINARY_OPERATORS}")
+        operator = ops[tok]
+        values = self.set_values() if operator in ("In", "NotIn") else self.exact_value()
+        for i, v in enumerate(values):  # NewRequirement -> validateLabelValue(path values[i][key])
+            verrs = _label_value_errors(v)
+            if verrs:
+                raise SelectorError(f'values[{i}][{key}]: Invalid value: "{v}": {"; ".join(verrs)}')
+        if operator in ("gt", "lt"):
+            try:
+                int(values[0])
+            except ValueError:
+                raise SelectorError(f"values[0]: Invalid value: \"{values[0]}\": for 'Gt', 'Lt' operators, the value "
+                                    "must be an integer") from None
+            return key, "Gt" if operator == "gt" else "Lt", values
+        if operator in ("=", "=="):
+            return key, "In", values
+        if operator == "!=":
+            return key, "NotIn", values
+        return key, operator, values
+
+    def set_values(self) -> tuple[str, ...]:
+        tok, lit = self.consume()
+        if tok != "OpenPar":
+            raise SelectorError(f"found '{lit}' expected: '('")
+        tok, lit = self.lookahead()
+        if tok in ("Identifier", "Comma"):
+            values = self.identifiers()
+            if self.consume()[0] != "ClosedPar":
+                raise SelectorError(f"found '{lit}', expected: ')'")
+            return tuple(sorted(values))
+        if tok == "ClosedPar":
+            self.consume()
+            return ("",)
+        raise SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
+
+    def identifiers(self) -> set[str]:
+        values: set[str] = set()
+        while True:
+            tok, lit = self.consume()
+            if tok == "Identifier":
+                values.add(lit)
+                tok2, lit2 = self.lookahead()
+                if tok2 == "Comma":
+                    continue
+                if tok2 == "ClosedPar":
+                    return values
+                raise SelectorError(f"found '{lit2}', expected: ',' or ')'")
+            if tok == "Comma":
+                if not values:
+                    values.add("")
+                tok2 = self.lookahead()[0]
+                if tok2 in ("ClosedPar", "Comma"):
+                    values.add("")
+                    if tok2 == "ClosedPar":
+                        return values
+                continue
+            raise SelectorError(f"found '{lit}', expected: ',', or identifier")
+
+    def exact_value(self) -> tuple[str, ...]:
+        if self.lookahead()[0] in ("EndOfString", "Comma"):
+            return ("",)
+        tok, lit = self.consume()
+        if tok == "Identifier":
+            return (lit,)
+        raise SelectorError(f"found '{lit}', expected: identifier")
 
 
 def parse_label_selector(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
-    """``a=b,c!=d,e in (x,y),f notin (z),g,!h`` into (key, op, values) requirements."""
-    reqs: list[tuple[str, str, tuple[str, ...]]] = []
-    for raw in _split_selector(text or ""):
-        part = raw.strip()
-        if not part:
-            continue
-        m = _SET_RE.match(part)
-        if m:
-            values = tuple(v.strip() for v in m.group(3).split(",") if v.strip())
-            reqs.append((m.group(1), "In" if m.group(2) == "in" else "NotIn", values))
-        elif "!=" in part:
-            k, v = part.split("!=", 1)
-            reqs.append((k.strip(), "NotIn", (v.strip(),)))
-        elif "==" in part or "=" in part:
-            k, v = part.split("==", 1) if "==" in part else part.split("=", 1)
-            reqs.append((k.strip(), "In", (v.strip(),)))
-        elif part.startswith("!"):
-            reqs.append((part[1:].strip(), "DoesNotExist", ()))
-        else:
-            reqs.append((part, "Exists", ()))
-        key = reqs[-1][0]
-        if not key or not re.fullmatch(r"[A-Za-z0-9_./-]+", key):
-            raise SelectorError(f"unable to parse requirement: invalid label key {key!r}")
-    return reqs
+    """``a=b,c!=d,e in (x,y),f notin (z),g,!h,n>3`` into (key, op, values) requirements, sorted by key
+    as ``labels.Parse`` sorts them; a malformed selector raises :class:`SelectorError` with the real
+    parser's message (``found '=', expected: ',' or 'end of string'``, ``unable to parse requirement:
+    ...``)."""
+    if not text:
+        return []
+    return sorted(_LabelParser(text).parse(), key=lambda r: r[0])
 
 
 def match_requirements(labels: dict[str, str], reqs: Iterable[tuple[str, str, tuple[str, ...]]]) -> bool:
@@ -442,6 +695,11 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
     "jobs.batch": ("batch", "v1", "Job", True),
     "events.events.k8s.io": ("events.k8s.io", "v1", "Event", True),
     "leases.coordination.k8s.io": ("coordination.k8s.io", "v1", "Lease", True),
+    # RBAC objects, which the simulated API servers authorize requests with (sim/rbac.py)
+    "clusterroles.rbac.authorization.k8s.io": ("rbac.authorization.k8s.io", "v1", "ClusterRole", False),
+    "clusterrolebindings.rbac.authorization.k8s.io": ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", False),
+    "roles.rbac.authorization.k8s.io": ("rbac.authorization.k8s.io", "v1", "Role", True),
+    "rolebindings.rbac.authorization.k8s.io": ("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
 }
 NAP_RESOURCES: dict[str, tuple[str, str, str, bool]] = {
     "nodepools.karpenter.sh": ("karpenter.sh", "v1", "NodePool", False),
@@ -471,6 +729,9 @@ class Fleet:
         self.clusters: dict[str, Cluster] = {}
         self.quotas: dict[tuple[str, str, str], int] = {}
         self.capacity: dict[tuple[str, str], int] = {}
+        # ARM actions taken away from the app's role (tests and the soak remove a grant to see the
+        # path fail); sim.arm.granted_arm_actions subtracts them from the role the project declares.
+        self.revoked_arm_actions: set[str] = set()
         self.scenario: dict[str, Any] = {}
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = 0
@@ -581,6 +842,11 @@ class Fleet:
                         location=location, tags=dict(tags or {}), node_provisioning_mode=node_provisioning_mode,
                         kubernetes_version=kubernetes_version)
             self.clusters[cid.lower()] = c
+            # the cluster comes "deployed": the app's namespace and RBAC (infra/kubernetes), for its identity
+            from sim.identity import app_principal_id
+            from sim.rbac import deploy_app_manifests
+
+            deploy_app_manifests(c, app_principal_id(self))
             return c
 
     def cluster(self, sub: str, rg: str, name: str) -> Cluster | None:
@@ -594,19 +860,31 @@ class Fleet:
         return None
 
     def vcpus_in_use(self, sub: str, location: str, family: str) -> int:
+        """vCPUs counted against a quota: a VM family's, or ``lowPriorityCores`` (every spot VM).
+
+        Spot VMs count against the region's one low-priority quota, not their family's
+        (https://learn.microsoft.com/azure/virtual-machines/spot-vms#quota; the usage name is
+        ``lowPriorityCores``, "Total Regional Low-priority vCPUs").
+        """
         total = 0
+        low_priority = family.lower() == LOW_PRIORITY_QUOTA.lower()
         with self.lock:
             for c in self.clusters.values():
                 if c.subscription.lower() != sub.lower() or c.location.lower() != location.lower():
                     continue
                 for pool in c.pools.values():
                     info = size_info(pool.properties.get("vmSize", ""))
-                    if (getattr(info, "family", "") or "").lower() == family.lower():
+                    spot = str(pool.properties.get("scaleSetPriority") or "").lower() == "spot"
+                    if spot != low_priority:
+                        continue
+                    if low_priority or (getattr(info, "family", "") or "").lower() == family.lower():
                         total += int(pool.properties.get("count") or 0) * int(info.vcpus)
                 for node in c.nodes.values():
                     if node.nap:
                         info = size_info(node.labels.get("node.kubernetes.io/instance-type", ""))
-                        if (getattr(info, "family", "") or "").lower() == family.lower():
+                        if (node.labels.get("karpenter.sh/capacity-type") == "spot") != low_priority:
+                            continue
+                        if low_priority or (getattr(info, "family", "") or "").lower() == family.lower():
                             total += int(info.vcpus)
         return total
 
@@ -653,6 +931,9 @@ class Cluster:
         self.location = location
         self.tags = tags
         self.node_resource_group = f"MC_{resource_group}_{name}_{location}"
+        # Node resource group lockdown (restrictionLevel ReadOnly, preset on AKS Automatic): a deny
+        # assignment leaves only */read to everyone but AKS itself (learn.microsoft.com/azure/aks/node-resource-group-lockdown).
+        self.node_rg_locked = False
         self.node_provisioning_mode = node_provisioning_mode
         self.kubernetes_version = kubernetes_version
         self.maintenance_configurations: dict[str, dict[str, Any]] = {}
@@ -673,6 +954,13 @@ class Cluster:
         self.tombstones: collections.deque[tuple[int, str, bytes]] = collections.deque(maxlen=5000)
         self.changes: collections.deque[tuple[int, str, str, bytes]] = collections.deque(maxlen=20000)
         self.changed = threading.Condition(fleet.lock)
+        # deletion lifecycle: pods held by metadata.finalizers after their final delete, namespaces
+        # being terminated by the namespace controller, and the disruption controller's bookkeeping
+        self.finalizing: set[tuple[str, str]] = set()
+        self.terminating_namespaces: set[str] = set()
+        self.namespace_sync_due: dict[str, float] = {}
+        self.pdb_synced_rv: dict[tuple[str, str], str] = {}
+        self.pdb_observe_due: dict[tuple[str, str], float] = {}
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.ensure_namespace(ns)
 
@@ -727,6 +1015,12 @@ class Cluster:
     def put(self, resource: str, obj: dict[str, Any]) -> KObj:
         """Store a new generic object (not nodes or pods, which have their own constructors)."""
         meta = obj.setdefault("metadata", {})
+        if resource not in ("nodes", "namespaces") and self.resources()[resource][3]:
+            self.admit_create(resource, str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        if resource == "poddisruptionbudgets.policy":
+            # kubernetes/kubernetes pkg/registry/policy/poddisruptionbudget/strategy.go PrepareForCreate:
+            # a new PDB's status is cleared; the disruption controller fills it in once it has observed it
+            obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
         meta.setdefault("uid", self.fleet.new_uid())
         meta.setdefault("creationTimestamp", iso(self.fleet.now()))
         meta["resourceVersion"] = self.next_rv()
@@ -762,6 +1056,12 @@ class Cluster:
         return [src[k] for k in keys]
 
     def remove(self, resource: str, namespace: str, name: str) -> KObj | None:
+        if resource == "namespaces":
+            # a namespace always carries the `kubernetes` finalizer: deleting it starts its termination,
+            # and the namespace controller removes it once it is empty (see begin_namespace_deletion)
+            return self.begin_namespace_deletion(name)
+        if resource == "nodeclaims.karpenter.sh":
+            return self.delete_nodeclaim(name)  # finalizer karpenter.sh/termination: Karpenter terminates it
         kobj = self.store.get(resource, {}).pop((namespace, name), None)
         if kobj is not None:
             self.dirty = True
@@ -774,6 +1074,151 @@ class Cluster:
     def ensure_namespace(self, name: str) -> None:
         if ("", name) not in self.store["namespaces"]:
             self.put("namespaces", {"metadata": {"name": name}})
+
+    # ---- namespace lifecycle
+    def namespace_terminating(self, name: str) -> bool:
+        ns = self.store["namespaces"].get(("", name))
+        return ns is not None and (ns.obj.get("status") or {}).get("phase") == "Terminating"
+
+    def admit_create(self, resource: str, namespace: str, name: str) -> None:
+        """NamespaceLifecycle admission: nothing new may be created in a terminating namespace (an
+        Eviction is a create too). Raises the API server's 403.
+
+        kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go
+        """
+        if namespace and self.namespace_terminating(namespace):
+            raise namespace_terminating_error(resource, namespace, name)
+
+    def delete_namespace(self, name: str) -> KObj:
+        """``DELETE /api/v1/namespaces/<name>``: the namespace turns Terminating and the namespace
+        controller starts deleting its content right away. Raises the API server's 403 for the
+        immortal namespaces and its 409 when termination is already under way.
+
+        kubernetes/kubernetes pkg/registry/core/namespace/storage/storage.go (Delete) and
+        staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go
+        """
+        from sim.kube_api import ApiError
+
+        if name in IMMORTAL_NAMESPACES:
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           {"name": name, "kind": "namespaces"})
+        ns = self.store["namespaces"].get(("", name))
+        if ns is None:
+            raise ApiError(404, "NotFound", f'namespaces "{name}" not found', {"name": name, "kind": "namespaces"})
+        if ns.meta.get("deletionTimestamp") and ((ns.obj.get("spec") or {}).get("finalizers") or []):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on namespaces "{name}": The system is '
+                           "ensuring all content is removed from this namespace.  Upon completion, this namespace "
+                           "will automatically be purged by the system.", {"name": name, "kind": "namespaces"})
+        self.begin_namespace_deletion(name)
+        self._sync_namespace(name)
+        return ns
+
+    def begin_namespace_deletion(self, name: str) -> KObj | None:
+        """Mark the namespace deleted (deletionTimestamp, phase Terminating); the namespace controller
+        (:meth:`_sync_namespace`) empties it and purges it once nothing is left."""
+        ns = self.store["namespaces"].get(("", name))
+        if ns is None:
+            return None
+        if not ns.meta.get("deletionTimestamp"):
+            now = self.fleet.now()
+            ns.meta["deletionTimestamp"] = iso(now)
+            ns.obj.setdefault("status", {})["phase"] = "Terminating"
+            self.terminating_namespaces.add(name)
+            self.namespace_sync_due[name] = now
+            self._modified(ns)
+            self.dirty = True
+        return ns
+
+    def _namespaces(self) -> None:
+        """The namespace controller: sync every terminating namespace that is due."""
+        if not self.terminating_namespaces:
+            return
+        now = self.fleet.now()
+        for name in sorted(self.terminating_namespaces):
+            if self.namespace_sync_due.get(name, 0.0) <= now:
+                self._sync_namespace(name)
+
+    def _sync_namespace(self, name: str) -> None:
+        """Delete everything in a terminating namespace (pods gracefully), report what remains in its
+        conditions, requeue while content remains (estimate/2 + 1 s, the estimate being the longest
+        grace period or 15 s when finalizers remain), then drop the ``kubernetes`` finalizer and purge it.
+
+        kubernetes/kubernetes pkg/controller/namespace/namespace_controller.go (requeue) and
+        pkg/controller/namespace/deletion/namespaced_resources_deleter.go, status_condition_utils.go
+        """
+        ns = self.store["namespaces"].get(("", name))
+        if ns is None or not ns.meta.get("deletionTimestamp"):
+            self.terminating_namespaces.discard(name)
+            self.namespace_sync_due.pop(name, None)
+            return
+        now = self.fleet.now()
+        for key in sorted(k for k in self.pods if k[0] == name):
+            pod = self.pods.get(key)
+            if pod is not None and not pod.terminating:
+                self.delete_pod(pod, cause="namespace_deleted")
+        resources = self.resources()
+        for res in sorted(self.store):
+            if res == "namespaces" or not resources.get(res, ("", "", "", False))[3]:
+                continue
+            for key in sorted(k for k in self.store[res] if k[0] == name):
+                self.remove(res, name, key[1])
+        remaining = [self.pods[k] for k in sorted(k for k in self.pods if k[0] == name)]
+        by_finalizer: dict[str, int] = {}
+        estimate = 0
+        for p in remaining:
+            for f in p.meta.get("finalizers") or []:
+                by_finalizer[str(f)] = by_finalizer.get(str(f), 0) + 1
+            if p.phase not in ("Succeeded", "Failed"):
+                estimate = max(estimate, int(p.obj["spec"].get("terminationGracePeriodSeconds") or 0))
+        if by_finalizer:
+            estimate = max(estimate, 15)
+        content = ("NamespaceContentRemaining", "True", "SomeResourcesRemain",
+                   f"Some resources are remaining: pods. has {len(remaining)} resource instances") if remaining else (
+            "NamespaceContentRemaining", "False", "ContentRemoved", "All content successfully removed")
+        fins = ("NamespaceFinalizersRemaining", "True", "SomeFinalizerRemain", "Some finalizers are remaining: "
+                + ", ".join(f"{f} in {n} resource instances" for f, n in sorted(by_finalizer.items()))) if by_finalizer \
+            else ("NamespaceFinalizersRemaining", "False", "ContentRemoved", "All content successfully removed")
+        wanted = [("NamespaceDeletionDiscoveryFailure", "False", "ResourcesDiscovered",
+                   "All resources successfully discovered"),
+                  ("NamespaceDeletionGroupVersionParsingFailure", "False", "ParsedGroupVersions",
+                   "All legacy kube types successfully parsed"),
+                  ("NamespaceDeletionContentFailure", "False", "ContentDeleted",
+                   "All content successfully deleted, may be waiting on finalization"), content, fins]
+        status = ns.obj.setdefault("status", {})
+        old = {c.get("type"): c for c in status.get("conditions") or []}
+        conditions, changed = [], False
+        for type_, st, reason, message in wanted:
+            prev = old.get(type_)
+            if prev is not None and (prev.get("status"), prev.get("reason"), prev.get("message")) == (st, reason, message):
+                conditions.append(prev)
+                continue
+            changed = True
+            t = prev.get("lastTransitionTime") if prev is not None and prev.get("status") == st else iso(now)
+            conditions.append({"type": type_, "status": st, "lastTransitionTime": t, "reason": reason,
+                               "message": message})
+        if changed:
+            status["conditions"] = conditions
+            self._modified(ns)
+        if remaining:
+            due = now + estimate // 2 + 1
+            self.namespace_sync_due[name] = due
+            self.fleet.at(due, self._wake)
+            return
+        spec = ns.obj.setdefault("spec", {})
+        spec["finalizers"] = [f for f in spec.get("finalizers") or [] if f != "kubernetes"]
+        if spec["finalizers"] or ns.meta.get("finalizers"):
+            self._modified(ns)  # someone else's finalizer: it stays until they remove theirs
+            self.namespace_sync_due[name] = float("inf")
+            return
+        self.store["namespaces"].pop(("", name), None)
+        self.terminating_namespaces.discard(name)
+        self.namespace_sync_due.pop(name, None)
+        self.log_change(ns, "DELETED")
+        self.dirty = True
+
+    def _wake(self) -> None:
+        """A timed callback with nothing to do but make the controllers run."""
+        self.dirty = True
 
     # ---- pools and nodes (the ARM half calls these)
     def vmss_name(self, pool: Pool) -> str:
@@ -864,13 +1309,76 @@ class Cluster:
         }
         taints = [_parse_taint(t) for t in props.get("nodeTaints") or []]
         if str(props.get("scaleSetPriority") or "").lower() == "spot":
-            labels["kubernetes.azure.com/scalesetpriority"] = "spot"
-            taints.append({"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"})
+            # AKS gives every spot pool this label and taint and lists them in the pool's own
+            # nodeLabels/nodeTaints (https://learn.microsoft.com/azure/aks/spot-node-pool; Azure/AKS#1719):
+            # a pool that names them (as AKS returns it, or as a scenario lists it) still yields
+            # nodes that carry them once. A node with the same (key, effect) twice is invalid
+            # (kubernetes/kubernetes pkg/apis/core/validation/validation.go validateNodeTaints).
+            labels[SPOT_LABEL] = "spot"
+            taints.append({"key": SPOT_LABEL, "value": "spot", "effect": "NoSchedule"})
         labels.update({str(k): str(v) for k, v in (props.get("nodeLabels") or {}).items()})
+        taints = _unique_taints(taints)
         node = self._build_node(name=name, pool=pool.name, instance_id=iid, vmss=vmss, labels=labels, taints=taints,
                                 vm_size=labels["node.kubernetes.io/instance-type"],
                                 max_pods=int(props.get("maxPods") or 110), gpu=self._gpu_setup(pool))
         return node
+
+    def spot_evict(self, name: str, *, notice_s: float = SPOT_NOTICE_S) -> dict[str, Any]:
+        """Azure takes a spot VM back (a fault of nature, never the app's doing).
+
+        Now: the VM gets a ``Preempt`` scheduled event, at least 30 s ahead
+        (https://learn.microsoft.com/azure/virtual-machines/linux/scheduled-events), and AKS node
+        auto-drain cordons the node with :data:`PREEMPT_TAINT`
+        (https://learn.microsoft.com/azure/aks/node-auto-drain). ``notice_s`` later the VM goes as
+        the pool's ``scaleSetEvictionPolicy`` says (https://learn.microsoft.com/azure/aks/spot-node-pool):
+        ``Delete`` (the default): the VM is deleted, the kubelet stops and the cloud node lifecycle
+        controller deletes the Node with its pods; ``Deallocate``: the VM is stopped-deallocated,
+        the Node stays NotReady with :data:`SHUTDOWN_TAINT` (kubernetes/cloud-provider
+        controllers/nodelifecycle/node_lifecycle_controller.go) and its pods stay bound to it.
+        Pods lost with the VM are recorded with cause ``spot_eviction``, not as the app's losses.
+        Raises KeyError for an unknown node, ValueError for a node that is not spot.
+        """
+        with self.fleet.lock:
+            node = self.nodes.get(name)
+            if node is None:
+                raise KeyError(f"no node {name!r} in cluster {self.name}")
+            if node.labels.get(SPOT_LABEL) != "spot":
+                raise ValueError(f"node {name} is not a spot node (no {SPOT_LABEL}=spot label): Azure evicts only spot VMs")
+            pool = self.pools.get(node.pool)
+            policy = str(((pool.properties if pool else {}) or {}).get("scaleSetEvictionPolicy") or "Delete")
+            now = self.fleet.now()
+            taints = [t for t in node.obj["spec"].get("taints") or [] if t.get("key") != PREEMPT_TAINT]
+            node.obj["spec"]["taints"] = [*taints, {"key": PREEMPT_TAINT, "effect": "NoSchedule", "timeAdded": iso(now)}]
+            node.obj["spec"]["unschedulable"] = True
+            self.sync_node(node)
+
+            def vm_gone() -> None:
+                n = self.nodes.get(name)
+                if n is None:
+                    return
+                if policy.lower() == "deallocate":
+                    # The VM stops: its pods stop running now, though the API keeps them bound to the
+                    # NotReady node (until taint-based eviction, and the node's deletion, remove them).
+                    # Their loss is recorded now, as Azure's; pod.cause marks them for later accounting.
+                    for key in sorted(self.pods_by_node.get(name, set())):
+                        pod = self.pods.get(key)
+                        if pod is not None and not pod.terminating and pod.phase == "Running":
+                            self.fleet.oracles.pod_terminated(self, pod, cause="spot_eviction")
+                            pod.cause = "spot_eviction"
+                    self._set_ready(n, False)
+                    rest = [t for t in n.obj["spec"].get("taints") or [] if t.get("key") != SHUTDOWN_TAINT]
+                    n.obj["spec"]["taints"] = [*rest, {"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}]
+                    self.touch(n)
+                    return
+                for key in sorted(self.pods_by_node.get(name, set())):
+                    pod = self.pods.get(key)
+                    if pod is not None:
+                        self.fleet.oracles.pod_terminated(self, pod, cause="spot_eviction")
+                        self._drop_pod(pod)
+                self.delete_node(name, cause="spot_eviction")
+
+            self.fleet.after(notice_s, vm_gone)
+            return {"node": name, "pool": node.pool, "evictionPolicy": policy, "notBefore": iso(now + notice_s)}
 
     def _gpu_setup(self, pool: Pool) -> dict[str, Any]:
         """How a pool's GPUs show up: managed stack, NPD, device plugin, MIG strategy."""
@@ -899,7 +1407,11 @@ class Cluster:
         info = size_info(vm_size)
         gpus = int(getattr(info, "gpus", 0) or 0) if getattr(info, "nvidia", False) else 0
         if gpus:
-            labels["kubernetes.azure.com/accelerator"] = "nvidia"
+            if not nap:
+                # Karpenter (node auto-provisioning) nodes do not carry it: removed in
+                # Azure/karpenter-provider-azure#837 as redundant with karpenter.azure.com/sku-gpu-name
+                # (designs/0006-requirements-and-labels.md).
+                labels["kubernetes.azure.com/accelerator"] = "nvidia"
             if gpu.get("managed"):
                 labels["kubernetes.azure.com/dcgm-exporter"] = "enabled"
         vcpus = int(info.vcpus)
@@ -1037,9 +1549,11 @@ class Cluster:
     def _node_pods_ready(self, node: Node, ready: bool) -> None:
         """Pods on a node that stops posting status turn unready (and back), as the node controller does."""
         t = iso(self.fleet.now())
+        if ready:
+            self._kubelet_confirms_deletions(node)
         for key in sorted(self.pods_by_node.get(node.name, set())):
             pod = self.pods.get(key)
-            if pod is None or pod.terminating or pod.phase != "Running":
+            if pod is None or pod.terminating or pod.phase != "Running" or (ready and never_ready(pod.obj)):
                 continue
             changed = False
             for c in pod.obj["status"].get("conditions") or []:
@@ -1078,7 +1592,42 @@ class Cluster:
                                  if fix in REPAIR_RUNGS and REPAIR_RUNGS.index(fix) <= order))
             node.obj["status"]["nodeInfo"]["bootID"] = self.fleet.new_uid()
             self._schedule_ready(node, duration, clear=clear)
+            boot = node.boot
+            self.fleet.after(duration, lambda: self._npd_start(name, boot))
             self.fleet.oracles.record_repair(self, name, rung)
+
+    def _npd_start(self, name: str, boot: int) -> None:
+        """node-problem-detector starts with the boot: every custom-plugin condition is published
+        ``False`` with a fresh transition time before any check ran, and a fault that survived the
+        reboot turns ``True`` again only at the first check.
+
+        kubernetes/node-problem-detector pkg/custompluginmonitor/custom_plugin_monitor.go
+        (``monitorLoop`` -> ``initializeStatus`` -> ``initialConditions``: Status False, Transition now,
+        unless ``skip_initial_status``); the first plugin run follows ``invoke_interval``.
+        """
+        node = self.nodes.get(name)
+        if node is None or node.boot != boot:
+            return
+        now = self.fleet.now()
+        reset = False
+        for c in node.obj["status"].get("conditions") or []:
+            if c.get("type") in NPD_GPU_CONDITIONS:
+                ok, _bad = NPD_GPU_REASONS[c["type"]]
+                c.update(status="False", reason=ok, message=f"{c['type']}: healthy", lastTransitionTime=iso(now),
+                         lastHeartbeatTime=iso(now))
+                reset = True
+        if not reset:
+            return
+        self.touch(node)
+
+        def first_check() -> None:
+            n = self.nodes.get(name)
+            if n is None or n.boot != boot:
+                return
+            for type_ in sorted(n.repair_plan):  # faults this boot did not fix
+                self._set_condition(n, type_, "True")
+
+        self.fleet.after(self.fleet.timings.get("npd_first_check_s", 30.0), first_check)
 
     def set_condition(self, node_name: str, type_: str, status: str, *, fixed_by: str = "restart",
                       reason: str = "", message: str = "") -> bool:
@@ -1116,7 +1665,12 @@ class Cluster:
         for key in sorted(self.pods_by_node.get(name, set())):
             pod = self.pods.get(key)
             if pod is not None:
-                self.fleet.oracles.pod_terminated(self, pod, cause="node_removal", detail=cause)
+                # A pod already being deleted was counted when its deletion began; one that Azure took
+                # with a spot VM was counted then (as ``spot_eviction``, not as the app's loss).
+                if not pod.terminating and pod.cause != "spot_eviction":
+                    self.fleet.oracles.pod_terminated(self, pod, cause="node_removal", detail=cause)
+                # the pod garbage collector force-deletes the pods of a node that is gone
+                # (kubernetes/kubernetes pkg/controller/podgc/gc_controller.go gcOrphaned)
                 self._drop_pod(pod)
         self.pods_by_node.pop(name, None)
         del self.nodes[name]
@@ -1129,6 +1683,8 @@ class Cluster:
         """Store a new pod (from the API or a controller); the scheduler places it."""
         meta = obj.setdefault("metadata", {})
         ns = meta.setdefault("namespace", "default")
+        self.admit_create("pods", ns, str(meta.get("name") or ""))
+        psa.admit_pod(self, obj, ns)  # Pod Security Admission (enforce label of the namespace): sim/psa.py
         meta.setdefault("uid", self.fleet.new_uid())
         meta.setdefault("creationTimestamp", iso(self.fleet.now()))
         meta["resourceVersion"] = self.next_rv()
@@ -1183,9 +1739,17 @@ class Cluster:
             p.obj["status"]["conditions"] = [
                 {"type": c, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
                 for c in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
+            unready = never_ready(p.obj)
+            names = [str(c.get("name", "c")) for c in p.obj["spec"].get("containers") or []]
+            if unready:  # running, readiness probe failing (pkg/kubelet/status/generate.go GeneratePodReadyCondition)
+                for c in p.obj["status"]["conditions"]:
+                    if c["type"] in ("Ready", "ContainersReady"):
+                        c.update(status="False", reason="ContainersNotReady",
+                                 message=f"containers with unready status: [{' '.join(names)}]")
             p.obj["status"]["containerStatuses"] = [
-                {"name": c.get("name", "c"), "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
-                 "started": True, "state": {"running": {"startedAt": t}}, "containerID": f"containerd://{uid[:12]}"}
+                {"name": c.get("name", "c"), "image": c.get("image", ""), "imageID": "", "ready": not unready,
+                 "restartCount": 0, "started": True, "state": {"running": {"startedAt": t}},
+                 "containerID": f"containerd://{uid[:12]}"}
                 for c in p.obj["spec"].get("containers") or []]
             self.touch(p)
             if p.run_s is not None:
@@ -1215,15 +1779,40 @@ class Cluster:
         return node.obj["status"]["addresses"][0]["address"]
 
     def delete_pod(self, pod: Pod, *, grace: int | None = None, cause: str = "delete") -> None:
-        """Begin graceful termination: deletionTimestamp now, gone after the grace period."""
-        if pod.terminating:
-            return
+        """Begin graceful termination: deletionTimestamp = now + grace; the kubelet confirms at the end of
+        the grace period and the pod goes (unless finalizers hold it, or its node cannot confirm).
+
+        The grace period: the request's, else the pod's terminationGracePeriodSeconds; 0 for a pod that
+        was never scheduled or has finished; a negative one becomes 1 (pkg/registry/core/pod/strategy.go
+        CheckGracefulDelete). Deleting a pod that is already terminating may only shorten its grace
+        period (staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go BeforeDelete); 0 removes it now
+        (``--force --grace-period=0``), finalizers permitting.
+        """
         if grace is None:
-            grace = int(pod.obj["spec"].get("terminationGracePeriodSeconds", 30))
+            spec_grace = pod.obj["spec"].get("terminationGracePeriodSeconds")
+            grace = 30 if spec_grace is None else int(spec_grace)
+        if grace < 0:
+            grace = 1
         if not pod.node_name or pod.phase in ("Succeeded", "Failed"):
             grace = 0
-        self.fleet.oracles.pod_terminated(self, pod, cause=cause)
         now = self.fleet.now()
+        if pod.terminating:
+            current = pod.meta.get("deletionGracePeriodSeconds")
+            if not current:
+                self._drop_pod(pod)  # already final: nothing but finalizers can keep it
+                return
+            if grace >= int(current):
+                return
+            due = parse_iso(pod.meta["deletionTimestamp"]) - int(current) + grace
+            pod.meta["deletionTimestamp"] = iso(due)
+            pod.meta["deletionGracePeriodSeconds"] = grace
+            if grace == 0:
+                self._drop_pod(pod)
+                return
+            self.touch(pod)
+            self._confirm_later(pod, max(0.0, due - now))
+            return
+        self.fleet.oracles.pod_terminated(self, pod, cause=cause)
         pod.meta["deletionTimestamp"] = iso(now + grace)
         pod.meta["deletionGracePeriodSeconds"] = grace
         pod.cause = cause
@@ -1236,19 +1825,106 @@ class Cluster:
             self._drop_pod(pod)
             return
         self.touch(pod)
+        self._confirm_later(pod, grace)
+
+    def _confirm_later(self, pod: Pod, delay: float) -> None:
         key, uid = pod.key, pod.meta["uid"]
 
-        def gone() -> None:
+        def grace_over() -> None:
             p = self.pods.get(key)
-            if p is not None and p.meta["uid"] == uid:
-                self._drop_pod(p)
+            if p is None or p.meta["uid"] != uid or not p.terminating or not p.meta.get("deletionGracePeriodSeconds"):
+                return
+            if parse_iso(p.meta["deletionTimestamp"]) > self.fleet.now():
+                return  # shortened or re-armed: a later callback finishes it
+            self._kubelet_confirm(p)
 
-        self.fleet.after(grace, gone)
+        self.fleet.after(delay, grace_over)
+
+    def _kubelet_confirm(self, pod: Pod) -> None:
+        """The grace period is over: the kubelet stops the containers and deletes the pod for good. A
+        kubelet that does not post status (node NotReady or Unknown) cannot: the pod stays Terminating
+        until its node comes back (:meth:`_kubelet_confirms_deletions`), the node object is deleted
+        (pod GC, :meth:`delete_node`) or someone force-deletes it with gracePeriodSeconds=0.
+
+        kubernetes/kubernetes pkg/kubelet/status/status_manager.go (canBeDeleted, then Delete with
+        grace 0) and pkg/controller/podgc/gc_controller.go (gcOrphaned; gcTerminating only for nodes
+        tainted node.kubernetes.io/out-of-service).
+        """
+        node = self.nodes.get(pod.node_name) if pod.node_name else None
+        if node is not None and not node.ready:
+            return
+        self._drop_pod(pod)
+
+    def _kubelet_confirms_deletions(self, node: Node) -> None:
+        """A node's kubelet posts status again: it finishes the deletions whose grace period ran out."""
+        now = self.fleet.now()
+        for key in sorted(self.pods_by_node.get(node.name, set())):
+            pod = self.pods.get(key)
+            if (pod is not None and pod.terminating and pod.meta.get("deletionGracePeriodSeconds")
+                    and parse_iso(pod.meta["deletionTimestamp"]) <= now):
+                self._drop_pod(pod)
 
     def _drop_pod(self, pod: Pod) -> None:
+        """The final delete (grace period over, or 0): the pod leaves the store, unless
+        ``metadata.finalizers`` hold it: then it stays with deletionGracePeriodSeconds 0 (its
+        containers stopped, phase Failed if it had run) until the last finalizer is removed by an
+        update, when :meth:`_release_finalized` removes it.
+
+        staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go
+        (updateForGracefulDeletionAndFinalizers, deleteWithoutFinalizers on update).
+        """
         key = pod.key
         if self.pods.get(key) is not pod:
             return
+        if pod.meta.get("finalizers"):
+            if key in self.finalizing:
+                return
+            now = self.fleet.now()
+            pod.meta.setdefault("deletionTimestamp", iso(now))
+            pod.meta["deletionGracePeriodSeconds"] = 0
+            self.pending.discard(key)
+            if pod.node_name and pod.phase not in ("Succeeded", "Failed"):
+                t = iso(now)
+                pod.obj["status"]["phase"] = "Failed"
+                for c in pod.obj["status"].get("conditions") or []:
+                    if c.get("type") in ("Ready", "ContainersReady") and c.get("status") != "False":
+                        c.update(status="False", lastTransitionTime=t)
+                for cs in pod.obj["status"].get("containerStatuses") or []:
+                    cs.update(ready=False, started=False,
+                              state={"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": t}})
+            self.finalizing.add(key)
+            self.touch(pod)
+            release = (pod.meta.get("annotations") or {}).get(FINALIZER_RELEASE_ANNOTATION)
+            if release:
+                uid = pod.meta["uid"]
+
+                def release_finalizers() -> None:
+                    p = self.pods.get(key)
+                    if p is not None and p.meta["uid"] == uid and p.meta.get("finalizers"):
+                        p.meta["finalizers"] = []
+                        self.touch(p)
+
+                self.fleet.after(float(release), release_finalizers)
+            return
+        self._remove_pod(pod)
+
+    def _release_finalized(self) -> None:
+        """Pods held by finalizers go as soon as an update removed the last one."""
+        if not self.finalizing:
+            return
+        for key in sorted(self.finalizing):
+            pod = self.pods.get(key)
+            if pod is None:
+                self.finalizing.discard(key)
+            elif not pod.meta.get("finalizers"):
+                self.finalizing.discard(key)
+                self._remove_pod(pod)
+
+    def _remove_pod(self, pod: Pod) -> None:
+        key = pod.key
+        if self.pods.get(key) is not pod:
+            return
+        self.finalizing.discard(key)
         del self.pods[key]
         self.log_change(pod, "DELETED")
         self.pending.discard(key)
@@ -1285,13 +1961,31 @@ class Cluster:
                 out.append(pdb)
         return out
 
-    def pdb_status(self, pdb: KObj) -> dict[str, Any]:
-        """currentHealthy, desiredHealthy, disruptionsAllowed, expectedPods, computed from the pods."""
+    def pdb_status(self, pdb: KObj, *, disrupted: dict[str, Any] | None = None) -> dict[str, Any]:
+        """currentHealthy, desiredHealthy, disruptionsAllowed, expectedPods, computed from the pods now.
+
+        Without ``disrupted`` this is the truth the oracles judge by. The disruption controller passes
+        the PDB's ``status.disruptedPods``: a pod whose eviction was approved less than DeletionTimeout
+        ago does not count as healthy (kubernetes/kubernetes pkg/controller/disruption/disruption.go
+        countHealthyPods, updatePdbStatus: no disruption is allowed while expectedPods is 0).
+        """
         spec = pdb.obj.get("spec") or {}
         reqs = selector_requirements(spec.get("selector"))
         pods = [p for p in self.items("pods", pdb.namespace)
                 if reqs and match_requirements(p.meta.get("labels") or {}, reqs) and p.phase not in ("Succeeded", "Failed")]
-        healthy = sum(1 for p in pods if _pod_ready(p))
+        now = self.fleet.now()
+        healthy = 0
+        for p in pods:
+            if not _pod_ready(p):
+                continue
+            when = (disrupted or {}).get(p.name)
+            if when is not None:
+                try:
+                    if parse_iso(str(when)) + PDB_DELETION_TIMEOUT_S > now:
+                        continue
+                except ValueError:
+                    pass
+            healthy += 1
         expected = self._expected_pods(pods) if pods else 0
         if spec.get("minAvailable") is not None:
             desired = _int_or_percent(spec["minAvailable"], expected, round_up=True)
@@ -1299,8 +1993,9 @@ class Cluster:
             desired = max(0, expected - _int_or_percent(spec["maxUnavailable"], expected, round_up=True))
         else:
             desired = expected
+        allowed = healthy - desired if expected > 0 else 0
         return {"currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
-                "disruptionsAllowed": max(0, healthy - desired), "observedGeneration": pdb.meta.get("generation", 1)}
+                "disruptionsAllowed": max(0, allowed), "observedGeneration": pdb.meta.get("generation", 1)}
 
     def _expected_pods(self, pods: list[Pod]) -> int:
         """Scale of the controllers owning the pods (as the disruption controller finds it)."""
@@ -1357,6 +2052,8 @@ class Cluster:
             if self.nap:
                 self._autoprovision()
             self._pdb_statuses()
+            self._release_finalized()
+            self._namespaces()
             if not self.dirty:
                 break
         self.dirty = False
@@ -1366,6 +2063,8 @@ class Cluster:
         meta = tmpl.get("metadata") or {}
         meta = {"name": name, "namespace": owner.namespace, "labels": dict(meta.get("labels") or {}),
                 "annotations": dict(meta.get("annotations") or {}),
+                # pkg/controller/controller_utils.go GetPodFromTemplate copies the template's finalizers
+                **({"finalizers": list(meta["finalizers"])} if meta.get("finalizers") else {}),
                 "ownerReferences": [{"apiVersion": owner.obj.get("apiVersion", "apps/v1"), "kind": kind,
                                      "name": owner.name, "uid": owner.meta["uid"], "controller": True,
                                      "blockOwnerDeletion": True}]}
@@ -1508,7 +2207,8 @@ class Cluster:
                 obj["metadata"]["labels"]["job-name"] = job.name
                 obj["metadata"]["labels"]["batch.kubernetes.io/job-name"] = job.name
                 obj["spec"].setdefault("restartPolicy", "Never")
-                self.create_pod(obj, run_s=run_s)
+                if not psa.create_job_pod(self, job, obj, run_s=run_s):  # refused: FailedCreate, retried later
+                    break
             status: dict[str, Any] = {"active": len(active), "succeeded": done, "ready": sum(1 for p in active if _pod_ready(p))}
             if done >= completions:
                 status["conditions"] = [{"type": "Complete", "status": "True"}]
@@ -1520,20 +2220,85 @@ class Cluster:
             self._modified(kobj)
 
     def _pdb_statuses(self) -> None:
+        """The disruption controller. A PDB that was created or changed by someone else (its spec, or
+        its status written by a client) is observed ``pdb_observe_s`` later: until then its status is
+        left as it is, so ``status.observedGeneration < metadata.generation`` after a create or a spec
+        change. Otherwise the status follows the pods at once; ``disruptedPods`` keeps the evictions
+        not yet seen through (pod still there, not deleting, approved less than 2 minutes ago).
+
+        kubernetes/kubernetes pkg/controller/disruption/disruption.go (trySync, buildDisruptedPodMap,
+        updatePdbStatus) and staging/src/k8s.io/component-helpers/apps/poddisruptionbudget/helpers.go.
+        """
+        now = self.fleet.now()
+        lag = float(self.fleet.timings.get("pdb_observe_s", 1.0))
         for pdb in self.items("poddisruptionbudgets.policy"):
-            try:
-                st = self.pdb_status(pdb)
-            except (ValueError, TypeError, AttributeError):
-                continue
+            key = (pdb.namespace, pdb.name)
+            if self.pdb_synced_rv.get(key) != pdb.meta.get("resourceVersion") and lag > 0:
+                due = self.pdb_observe_due.get(key)
+                if due is None:
+                    self.pdb_observe_due[key] = now + lag
+                    self.fleet.at(now + lag, functools.partial(self._pdb_observed, key))
+                    continue
+                if due != float("-inf"):
+                    continue  # not observed yet
+            self.pdb_observe_due.pop(key, None)
             old = pdb.obj.get("status") or {}
-            if any(old.get(k) != v for k, v in st.items()):
-                st["conditions"] = [{"type": "DisruptionAllowed", "status": "True" if st["disruptionsAllowed"] else "False",
-                                     "reason": "SufficientPods" if st["disruptionsAllowed"] else "InsufficientPods",
-                                     "message": "", "observedGeneration": st["observedGeneration"],
-                                     "lastTransitionTime": iso(self.fleet.now())}]
-                st["disruptedPods"] = {}
+            disrupted = {}
+            for name, when in sorted((old.get("disruptedPods") or {}).items()):
+                p = self.pods.get((pdb.namespace, name))
+                if p is None or p.terminating:
+                    continue
+                try:
+                    if parse_iso(str(when)) + PDB_DELETION_TIMEOUT_S <= now:
+                        continue
+                except ValueError:
+                    continue
+                disrupted[name] = when
+            try:
+                st = self.pdb_status(pdb, disrupted=disrupted)
+            except (ValueError, TypeError, AttributeError):
+                self.pdb_synced_rv[key] = str(pdb.meta.get("resourceVersion"))
+                continue
+            if disrupted:
+                st["disruptedPods"] = disrupted
+            allowed = st["disruptionsAllowed"] > 0
+            cond = next((c for c in old.get("conditions") or [] if c.get("type") == "DisruptionAllowed"), None)
+            want = {"type": "DisruptionAllowed", "status": "True" if allowed else "False",
+                    "reason": "SufficientPods" if allowed else "InsufficientPods", "message": "",
+                    "observedGeneration": st["observedGeneration"]}
+            if cond is not None and all(cond.get(k) == v for k, v in want.items()):
+                want["lastTransitionTime"] = cond.get("lastTransitionTime")
+            else:
+                keep_time = cond is not None and cond.get("status") == want["status"]
+                want["lastTransitionTime"] = cond.get("lastTransitionTime") if keep_time and cond else iso(now)
+            st["conditions"] = [want]
+            if any(old.get(k) != v for k, v in st.items()) or (old.get("disruptedPods") and not disrupted):
                 pdb.obj["status"] = st
                 self._modified(pdb)
+            self.pdb_synced_rv[key] = str(pdb.meta.get("resourceVersion"))
+
+    def _pdb_observed(self, key: tuple[str, str]) -> None:
+        """The disruption controller's informer delivers the PDB change: sync it now."""
+        if key in self.pdb_observe_due:
+            self.pdb_observe_due[key] = float("-inf")
+        self.dirty = True
+
+    def record_pdb_eviction(self, pdb: KObj, pod_name: str) -> None:
+        """The eviction subresource's write: one disruption fewer, the pod noted in disruptedPods
+        (kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go checkAndDecrement)."""
+        st = dict(pdb.obj.get("status") or {})
+        st["disruptionsAllowed"] = int(st.get("disruptionsAllowed") or 0) - 1
+        if st["disruptionsAllowed"] == 0:
+            conds = [c for c in st.get("conditions") or [] if c.get("type") != "DisruptionAllowed"]
+            conds.append({"type": "DisruptionAllowed", "status": "False", "reason": "InsufficientPods", "message": "",
+                          "observedGeneration": st.get("observedGeneration", 0),
+                          "lastTransitionTime": iso(self.fleet.now())})
+            st["conditions"] = conds
+        st["disruptedPods"] = {**(st.get("disruptedPods") or {}), pod_name: iso(self.fleet.now())}
+        pdb.obj["status"] = st
+        self._modified(pdb)
+        self.pdb_synced_rv[(pdb.namespace, pdb.name)] = str(pdb.meta.get("resourceVersion"))
+        self.dirty = True
 
     def node_free(self, node: Node) -> dict[str, float]:
         alloc = {k: parse_quantity(v) for k, v in node.obj["status"]["allocatable"].items()}
@@ -1710,34 +2475,128 @@ class Cluster:
         return True
 
     def _add_nap_node(self, np_obj: KObj, size: Any, *, managed: bool, chosen: dict[str, str]) -> Node:
+        """A Karpenter node and its NodeClaim, labelled as karpenter-provider-azure labels them.
+
+        Azure/karpenter-provider-azure: the NodeClaim is ``<nodepool>-<suffix>`` and its VM (and so the
+        node) ``aks-<nodeclaim>`` (pkg/providers/instance); labels: the NodePool's template labels, the
+        well-known requirements (pkg/apis/v1beta1/labels.go: karpenter.azure.com/sku-*,
+        kubernetes.azure.com/mode, os-sku, priority...) and AddAgentBakerGeneratedLabels
+        (pkg/providers/imagefamily/labels/labels.go: kubernetes.azure.com/role, cluster). Not set:
+        ``kubernetes.azure.com/agentpool``, ``agentpool`` and ``kubernetes.azure.com/accelerator``
+        (designs/0006-requirements-and-labels.md, "Karpenter (written to node)"). The node is a
+        standalone VM: ``providerID`` azure:///subscriptions/.../virtualMachines/<name>.
+        """
         tmpl = ((np_obj.obj.get("spec") or {}).get("template") or {})
         tspec = tmpl.get("spec") or {}
-        name = f"aks-{np_obj.name}-{self.fleet.rand_suffix(5)}"
+        claim = f"{np_obj.name}-{self.fleet.rand_suffix(5)}"
+        name = f"aks-{claim}"
         labels = {"karpenter.sh/nodepool": np_obj.name, "karpenter.sh/registered": "true",
                   "karpenter.sh/initialized": "true",
-                  "kubernetes.azure.com/agentpool": np_obj.name, "agentpool": np_obj.name,
-                  "kubernetes.azure.com/cluster": self.node_resource_group, "kubernetes.azure.com/mode": "user",
+                  "kubernetes.azure.com/cluster": self.node_resource_group, "kubernetes.azure.com/role": "agent",
+                  "kubernetes.azure.com/mode": "user", "kubernetes.azure.com/priority": "regular",
                   "kubernetes.azure.com/os-sku": "Ubuntu", "kubernetes.io/os": "linux",
                   "node.kubernetes.io/instance-type": size.name, "topology.kubernetes.io/region": self.location,
                   "topology.kubernetes.io/zone": f"{self.location}-1"}
         labels.update({str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("labels") or {}).items()})
         labels.update(_nap_size_labels(size))
         labels.update(chosen)
-        vm = f"{name}"
         provider = (f"azure:///subscriptions/{self.subscription}/resourceGroups/{self.node_resource_group}"
-                    f"/providers/Microsoft.Compute/virtualMachines/{vm}")
+                    f"/providers/Microsoft.Compute/virtualMachines/{name}")
         node = self._build_node(name=name, pool=np_obj.name, instance_id=0, vmss="", labels=labels,
                                 taints=[dict(t) for t in tspec.get("taints") or []], vm_size=size.name, max_pods=250,
                                 gpu={"managed": managed, "npd": managed, "device_plugin": True, "mig_profile": "",
                                      "mig_strategy": ""}, nap=True, provider_id=provider,
                                 ready_s=self.fleet.timings["nap_provision_s"])
-        self.put("nodeclaims.karpenter.sh", {
-            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": np_obj.name}},
+        claim_obj = self.put("nodeclaims.karpenter.sh", {
+            "metadata": {"name": claim, "labels": {"karpenter.sh/nodepool": np_obj.name},
+                         "finalizers": ["karpenter.sh/termination"]},
             "spec": {"nodeClassRef": tspec.get("nodeClassRef") or {}, "requirements": tspec.get("requirements") or []},
             "status": {"nodeName": name, "providerID": provider}})
+        # kubernetes-sigs/karpenter pkg/controllers/nodeclaim/lifecycle/registration.go: the node is owned by
+        # its NodeClaim (blockOwnerDeletion).
+        node.meta["ownerReferences"] = [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim,
+                                         "uid": claim_obj.meta.get("uid", ""), "blockOwnerDeletion": True}]
+        node.invalidate()
         return node
 
+    def delete_nodeclaim(self, name: str) -> KObj | None:
+        """A NodeClaim was deleted: Karpenter's termination controller takes its node and VM away.
+
+        kubernetes-sigs/karpenter pkg/controllers/node/termination (the ``karpenter.sh/termination``
+        finalizer): the claim gets its deletionTimestamp, the node is tainted ``karpenter.sh/disrupted``
+        (NoSchedule) and drained, the instance deleted, then the node and, last, the claim. The drain is
+        not modelled (the steward has drained already; pods still there go with the node); the whole
+        termination takes ``nap_terminate_s``. A pending pod then gets a new node as usual.
+        """
+        claim = self.get("nodeclaims.karpenter.sh", "", name)
+        if claim is None:
+            return None
+        if claim.meta.get("deletionTimestamp"):
+            return claim  # already terminating: deleting again changes nothing
+        claim.meta["deletionTimestamp"] = iso(self.fleet.now())
+        self.touch(claim)
+        node_name = str((claim.obj.get("status") or {}).get("nodeName") or "")
+        node = self.nodes.get(node_name)
+        if node is not None:
+            taints = [t for t in node.obj["spec"].get("taints") or [] if t.get("key") != "karpenter.sh/disrupted"]
+            node.obj["spec"]["taints"] = [*taints, {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+            node.meta["deletionTimestamp"] = iso(self.fleet.now())
+            self.touch(node)
+        uid = claim.meta.get("uid")
+
+        def terminated() -> None:
+            current = self.get("nodeclaims.karpenter.sh", "", name)
+            if current is None or current.meta.get("uid") != uid:
+                return
+            if node_name in self.nodes:
+                self.delete_node(node_name, cause="nodeclaim_deleted")
+            gone = self.store["nodeclaims.karpenter.sh"].pop(("", name), None)
+            if gone is not None:
+                self.dirty = True
+                self.log_change(gone, "DELETED")
+
+        self.fleet.after(self.fleet.timings.get("nap_terminate_s", 10.0), terminated)
+        return claim
+
     # ---- summaries
+    def register_node(self, obj: dict[str, Any]) -> Node:
+        """A Node created through the API (a kubelet registering, or a cluster admin), not by a pool.
+
+        The API server stores a Node as it is posted, status included (kubernetes/kubernetes
+        pkg/registry/core/node/strategy.go ``PrepareForCreate``: "Nodes allow *all* fields, including
+        status, to be set on create"), so its labels, ``spec.providerID`` and conditions are whatever the
+        poster wrote. No VM backs it: it belongs to no pool here (``pool=""``), is no machine of any
+        agent pool (``machines``), and no VMSS instance (``node_by_vmss_instance``) is it; ARM keeps
+        describing only the VMs it made. Not modelled: the node lifecycle controller marking it
+        ``Unknown`` once no kubelet renews its lease (node-monitor-grace-period, 40-50 s), so a forged
+        node here stays as Ready as it was posted (harder on the app, not easier).
+        """
+        with self.fleet.lock:
+            meta = obj.setdefault("metadata", {})
+            now = iso(self.fleet.now())
+            meta.update(uid=self.fleet.new_uid(), resourceVersion=self.next_rv(), creationTimestamp=now)
+            meta.setdefault("labels", {})
+            meta.setdefault("annotations", {})
+            obj.update(kind="Node", apiVersion="v1")
+            obj.setdefault("spec", {})
+            status = obj.setdefault("status", {})
+            status.setdefault("conditions", [])
+            status.setdefault("allocatable", {})
+            status.setdefault("capacity", {})
+            info = status.setdefault("nodeInfo", {})
+            for key in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                        "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture"):
+                info.setdefault(key, "")  # NodeSystemInfo's fields have no omitempty: "" when not posted
+            node = Node(obj, pool="", instance_id=-1, vmss="")
+            ready = node.condition("Ready")
+            node.ready = bool(ready and ready.get("status") == "True")
+            self.nodes[node.name] = node
+            self.pods_by_node.setdefault(node.name, set())
+            self.log_change(node, "ADDED")
+            self.dirty = True
+            self.fleet.oracles.node_changed(self, node)
+            return node
+
     def summary(self) -> dict[str, Any]:
         pools = []
         for pname in sorted(self.pools):
@@ -1908,3 +2767,15 @@ def _node_images(gpu: bool) -> list[dict[str, Any]]:
         images.append({"names": [f"{repo}@sha256:{digest}", f"{repo}:{tag}"], "sizeBytes": size})
     _IMAGES_CACHE[gpu] = images
     return images
+
+
+def _unique_taints(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Taints unique by (key, effect), the first of each kept (an API server refuses duplicates)."""
+    seen: set[tuple[Any, Any]] = set()
+    out = []
+    for t in taints:
+        k = (t.get("key"), t.get("effect"))
+        if k not in seen:
+            seen.add(k)
+            out.append(t)
+    return out

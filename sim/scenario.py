@@ -21,6 +21,7 @@ import yaml
 
 from sim.model import (
     DEFAULT_TIMINGS,
+    FINALIZER_RELEASE_ANNOTATION,
     NPD_GPU_CONDITIONS,
     REPAIR_RUNGS,
     Cluster,
@@ -42,12 +43,15 @@ class ScenarioError(ValueError):
 
 _TOP_KEYS = {"seed", "clock", "timings", "subscriptions", "capacity", "faults", "conditions", "flapping",
              "description", "name"}
-_SUB_KEYS = {"id", "quotas", "clusters", "name"}
+_SUB_KEYS = {"id", "quotas", "clusters", "name", "features"}  # features: read by sim.arm (Microsoft.Features)
 _CLUSTER_KEYS = {"name", "resource_group", "location", "tags", "node_provisioning_mode", "kubernetes_version",
-                 "maintenance_configurations", "namespaces", "pools", "karpenter", "workloads"}
+                 "maintenance_configurations", "namespaces", "pools", "karpenter", "workloads",
+                 "node_resource_group_lockdown"}
 _WORKLOAD_KEYS = {"kind", "name", "namespace", "replicas", "resources", "tolerations", "nodeSelector", "affinity",
                   "pdb", "terminationGracePeriodSeconds", "emptyDir", "labels", "annotations", "image", "container",
-                  "run_s", "completions", "parallelism", "backoffLimit", "priorityClassName"}
+                  "run_s", "completions", "parallelism", "backoffLimit", "priorityClassName", "pod_finalizers",
+                  "pod_finalizers_release_s", "ready"}
+_PDB_POLICIES = ("IfHealthyBudget", "AlwaysAllow")
 
 
 def _known(d: Any, keys: set[str], where: str) -> None:
@@ -185,6 +189,10 @@ def _load_cluster(fleet: Fleet, sub: str, spec: dict[str, Any], where: str) -> C
                                 tags={str(k): str(v) for k, v in (spec.get("tags") or {}).items()},
                                 node_provisioning_mode=mode,
                                 kubernetes_version=str(spec.get("kubernetes_version", "1.32.4")))
+    lockdown = str(spec.get("node_resource_group_lockdown", "Unrestricted"))
+    if lockdown not in ("ReadOnly", "Unrestricted"):  # ManagedClusterNodeResourceGroupRestrictionLevel
+        raise ScenarioError(f"{where}.node_resource_group_lockdown must be ReadOnly or Unrestricted, not {lockdown!r}")
+    cluster.node_rg_locked = lockdown == "ReadOnly"
     for name, props in sorted((spec.get("maintenance_configurations") or {}).items()):
         cluster.maintenance_configurations[str(name)] = dict(props or {})
     for i, ns in enumerate(spec.get("namespaces") or []):
@@ -269,12 +277,12 @@ def add_workload(cluster: Cluster, spec: dict[str, Any], where: str = "workload"
     cluster.ensure_namespace(ns)
     labels = {"app": name, **{str(k): str(v) for k, v in (spec.get("labels") or {}).items()}}
     pod_spec = _pod_spec(spec, where)
-    template = {"metadata": {"labels": dict(labels), "annotations": dict(spec.get("annotations") or {})},
-                "spec": pod_spec}
+    pod_meta = _pod_meta(spec, where)
+    template = {"metadata": {"labels": dict(labels), **pod_meta}, "spec": pod_spec}
     created = []
     if kind == "Pod":
         cluster.create_pod({"metadata": {"name": name, "namespace": ns, "labels": labels,
-                                         "annotations": dict(spec.get("annotations") or {})}, "spec": pod_spec},
+                                         **copy.deepcopy(pod_meta)}, "spec": pod_spec},
                            run_s=spec.get("run_s"))
         created.append(f"pods/{ns}/{name}")
     else:
@@ -302,12 +310,34 @@ def add_workload(cluster: Cluster, spec: dict[str, Any], where: str = "workload"
         if not isinstance(pdb, dict) or not ({"minAvailable", "maxUnavailable"} & set(pdb)):
             raise ScenarioError(f"{where}.pdb needs minAvailable or maxUnavailable")
         pdb_spec = {k: pdb[k] for k in ("minAvailable", "maxUnavailable") if k in pdb}
+        if "unhealthyPodEvictionPolicy" in pdb:
+            if pdb["unhealthyPodEvictionPolicy"] not in _PDB_POLICIES:
+                raise ScenarioError(f"{where}.pdb.unhealthyPodEvictionPolicy must be one of {list(_PDB_POLICIES)}")
+            pdb_spec["unhealthyPodEvictionPolicy"] = pdb["unhealthyPodEvictionPolicy"]
         pdb_spec["selector"] = {"matchLabels": {"app": name}}
         cluster.put("poddisruptionbudgets.policy", {"metadata": {"name": str(pdb.get("name", name)), "namespace": ns},
                                                     "spec": pdb_spec})
         created.append(f"poddisruptionbudgets.policy/{ns}/{pdb.get('name', name)}")
     cluster.dirty = True
     return created
+
+
+def _pod_meta(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """Annotations and finalizers of the workload's pods (template metadata, copied into each pod)."""
+    annotations = {str(k): str(v) for k, v in (spec.get("annotations") or {}).items()}
+    meta: dict[str, Any] = {"annotations": annotations}
+    finalizers = spec.get("pod_finalizers")
+    if finalizers is not None:
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) and "/" in f for f in finalizers):
+            raise ScenarioError(f"{where}.pod_finalizers must be a list of qualified names (example.com/hold)")
+        if finalizers:
+            meta["finalizers"] = list(finalizers)
+    release = spec.get("pod_finalizers_release_s")
+    if release is not None:
+        if not finalizers or not isinstance(release, int | float) or release <= 0:
+            raise ScenarioError(f"{where}.pod_finalizers_release_s must be a positive number, with pod_finalizers")
+        annotations[FINALIZER_RELEASE_ANNOTATION] = str(float(release))
+    return meta
 
 
 def _pod_spec(spec: dict[str, Any], where: str) -> dict[str, Any]:
@@ -330,6 +360,11 @@ def _pod_spec(spec: dict[str, Any], where: str) -> dict[str, Any]:
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     if spec.get("priorityClassName"):
         pod["priorityClassName"] = str(spec["priorityClassName"])
+    ready = spec.get("ready", True)
+    if not isinstance(ready, bool):
+        raise ScenarioError(f"{where}.ready must be true or false")
+    if not ready:  # runs, but its readiness probe never passes (sim.model.never_ready)
+        container["readinessProbe"] = {"exec": {"command": ["/bin/false"]}, "periodSeconds": 10}
     return pod
 
 

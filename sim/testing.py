@@ -50,6 +50,21 @@ class SimHandle:
     def kubeconfig(self, name: str) -> str:
         return str(self.cluster(name)["kubeconfig"])
 
+    def app_kubeconfig(self, name: str) -> bytes:
+        """The cluster's kubeconfig as ARM's listClusterUserCredential hands it to the app: the CA inlined
+        as ``certificate-authority-data`` (the app refuses a CA file path; shared.kube)."""
+        import base64
+
+        import yaml
+
+        doc = yaml.safe_load(Path(self.kubeconfig(name)).read_text())
+        for entry in doc.get("clusters") or []:
+            cluster = entry["cluster"]
+            path = cluster.pop("certificate-authority", None)
+            if path:
+                cluster["certificate-authority-data"] = base64.b64encode(Path(path).read_bytes()).decode()
+        return yaml.safe_dump(doc).encode()
+
     def control(self, method: str, path: str, body: Any = None) -> Any:
         """Call the control API (``path`` relative to /_sim, e.g. ``/oracles``); returns the JSON answer.
 

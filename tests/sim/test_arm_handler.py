@@ -104,9 +104,10 @@ def test_a_forged_token_is_refused_as_invalid(arm: Arm) -> None:
     assert error(arm.call("GET", arm.cluster.id, token="abc.def")) == (401, "InvalidAuthenticationToken")
 
 
-def test_a_token_for_another_audience_is_refused_with_403(arm: Arm) -> None:
+def test_a_token_for_another_audience_is_refused_with_401(arm: Arm) -> None:
+    # ARM answers 401 InvalidAuthenticationTokenAudience: an authentication failure (issue 11)
     eventgrid_token = arm.fleet.tokens.issue("https://eventgrid.azure.net")[0]
-    assert error(arm.call("GET", arm.cluster.id, token=eventgrid_token)) == (403, "InvalidAuthenticationTokenAudience")
+    assert error(arm.call("GET", arm.cluster.id, token=eventgrid_token)) == (401, "InvalidAuthenticationTokenAudience")
 
 
 @pytest.mark.parametrize(("api_version", "expected"), [
@@ -242,7 +243,7 @@ def test_agent_pool_names_follow_the_aks_naming_rules(arm: Arm, name: str, props
                                                             "migProfiles": ["MIG1g", "MIG3g"]}}},
                  "2026-08-02-preview", "gpuProfile.nvidia.migProfiles", id="single-with-two-profiles"),
     pytest.param({"vmSize": A100, "gpuProfile": {"nvidia": {"managementMode": "Managed", "migStrategy": "Mixed"}}},
-                 "2026-08-02-preview", "gpuInstanceProfile", id="mig-without-a-profile"),
+                 "2026-08-02-preview", "gpuProfile.nvidia.migProfiles", id="mig-without-a-profile"),
     pytest.param({"vmSize": A100, "gpuProfile": {"nvidia": {"managementMode": "Unmanaged", "migStrategy": "Single",
                                                             "migProfiles": ["MIG3g"]}}},
                  "2026-08-02-preview", "gpuProfile.nvidia.migStrategy", id="mig-strategy-unmanaged"),
@@ -375,9 +376,9 @@ def test_gpu_family_vcpu_quota_refuses_a_pool_that_would_exceed_it() -> None:
     arm = Arm(quotas={(SUB, "eastus", "standardNCASv3_T4Family"): 8})
     assert arm.create("gpu", {"vmSize": T4, "count": 2}).status == 201
     resp = arm.create("gpu2", {"vmSize": T4, "count": 1})
-    assert error(resp) == (400, "QuotaExceeded")
+    assert error(resp) == (400, "InsufficientVCPUQuota")
     assert "standardNCASv3_T4Family" in body(resp)["error"]["message"]
-    assert "Current Limit: 8, Current Usage: 8, Additional Required: 4" in body(resp)["error"]["message"]
+    assert "requested 4, remaining 0" in body(resp)["error"]["message"]
 
 
 def test_scaling_up_is_checked_against_the_quota_too() -> None:
@@ -386,7 +387,7 @@ def test_scaling_up_is_checked_against_the_quota_too() -> None:
     arm.advance(120)
     current = arm.pool("gpu")
     current["properties"]["count"] = 3
-    assert error(arm.call("PUT", arm.pool_path("gpu"), current)) == (400, "QuotaExceeded")
+    assert error(arm.call("PUT", arm.pool_path("gpu"), current)) == (400, "InsufficientVCPUQuota")
     current["properties"]["count"] = 2
     assert arm.call("PUT", arm.pool_path("gpu"), current).status == 200
 

@@ -106,4 +106,4 @@ def test_the_scenario_quota_refuses_more_t4_vcpus_than_the_limit(aks: ContainerS
     body = m.AgentPool({"properties": {"vmSize": "Standard_NC4as_T4_v3", "count": 3, "mode": "User"}})
     with pytest.raises(HttpResponseError) as caught:
         aks.agent_pools.begin_create_or_update("rg1", "c1", "more", body)
-    assert caught.value.error is not None and caught.value.error.code == "QuotaExceeded"
+    assert caught.value.error is not None and caught.value.error.code == "InsufficientVCPUQuota"

@@ -157,8 +157,17 @@ def test_clusters_are_listed_and_read_with_tags_and_node_resource_group(sim: Sim
 
 
 def test_an_unknown_cluster_is_resource_not_found(sim: Sim) -> None:
-    with pytest.raises(ResourceNotFoundError):
+    # the app's identity may read the resource group (main.bicep accessResourceGroupIds); with its role
+    # on the clusters only, ARM would answer 403 AuthorizationFailed before the RP looks (issue 11)
+    sim.fleet.arm_access_resource_groups = {f"/subscriptions/{SUB}/resourceGroups/{RG}"}
+    try:
+        with pytest.raises(ResourceNotFoundError):
+            sim.aks().managed_clusters.get(RG, "nope")
+    finally:
+        sim.fleet.arm_access_resource_groups = set()
+    with pytest.raises(HttpResponseError) as caught:
         sim.aks().managed_clusters.get(RG, "nope")
+    assert (caught.value.status_code, code_of(caught.value)) == (403, "AuthorizationFailed")
 
 
 def test_a_token_for_the_wrong_audience_is_refused_by_arm(sim: Sim) -> None:
@@ -166,7 +175,7 @@ def test_a_token_for_the_wrong_audience_is_refused_by_arm(sim: Sim) -> None:
                                     credential_scopes=["https://eventgrid.azure.net/.default"], retry_total=0)
     with pytest.raises(HttpResponseError) as caught:
         client.managed_clusters.get(RG, CLUSTER)
-    assert (caught.value.status_code, code_of(caught.value)) == (403, "InvalidAuthenticationTokenAudience")
+    assert (caught.value.status_code, code_of(caught.value)) == (401, "InvalidAuthenticationTokenAudience")
 
 
 def test_maintenance_configurations_are_listed_and_read(sim: Sim) -> None:
@@ -273,7 +282,7 @@ def test_quota_exceeded_and_allocation_failed_reach_the_caller(sim: Sim) -> None
     big = m.AgentPool({"properties": {"vmSize": "Standard_ND96asr_v4", "count": 2, "mode": "User"}})
     with pytest.raises(HttpResponseError) as quota:
         client.agent_pools.begin_create_or_update(RG, CLUSTER, "a100", big)
-    assert code_of(quota.value) == "QuotaExceeded"
+    assert code_of(quota.value) == "InsufficientVCPUQuota"  # AKS's pre-flight
 
     sim.fleet.capacity[("eastus", "Standard_NC8as_T4_v3")] = 0
     none_left = m.AgentPool({"properties": {"vmSize": "Standard_NC8as_T4_v3", "count": 1, "mode": "User"}})
@@ -343,8 +352,9 @@ def test_a_429_reaches_a_caller_that_does_not_retry_with_its_retry_after(sim: Si
 
 # --------------------------------------------------------------------------- Event Grid
 # For a basic topic the public EventGridPublisherClient builds its inner (legacy) client without the
-# keyword arguments (connection_verify, retry_total); the app uses the legacy client directly
-# (shared/events.py), and so do these tests.
+# keyword arguments (connection_verify, retry_total). These simulator tests use the inner client
+# for brevity; the app uses the public client and passes those per send (shared/events.py,
+# tests/integration/test_events_public_client.py).
 
 
 def _published_ids(sim: Sim) -> list[str]:

@@ -40,7 +40,16 @@ def test_a_token_is_issued_for_each_audience_the_app_needs(fleet: Fleet, resourc
     assert resp.status == 200
     assert (payload["token_type"], payload["resource"], payload["client_id"]) == ("Bearer", resource, CLIENT_ID)
     assert fleet.tokens.verify(payload["access_token"], audiences).status == 200
-    assert fleet.tokens.verify(payload["access_token"], ("https://vault.azure.net",)).status == 403
+    other = fleet.tokens.verify(payload["access_token"], ("https://vault.azure.net",))
+    assert (other.status, other.wrong_audience) == (401, True)  # another audience fails authentication (issue 11)
+
+
+def test_the_token_names_the_apps_object_id_and_client_id(fleet: Fleet) -> None:
+    from sim.identity import APP_PRINCIPAL_ID
+
+    resp = ask(IdentityApi(fleet), f"resource=https://management.azure.com/&api-version=2019-08-01&client_id={CLIENT_ID}")
+    verdict = fleet.tokens.verify(json.loads(resp.body)["access_token"], ARM_AUDIENCES)
+    assert (verdict.principal, verdict.client_id, verdict.groups, verdict.admin) == (APP_PRINCIPAL_ID, CLIENT_ID, (), False)
 
 
 def test_expires_on_is_wall_clock_seconds_scaled_by_the_clock_speed() -> None:

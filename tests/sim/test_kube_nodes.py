@@ -142,17 +142,21 @@ def test_resource_version_grows_with_every_change(core: client.CoreV1Api) -> Non
     assert int(core.list_node().metadata.resource_version) >= int(after.metadata.resource_version)
 
 
-def test_strategic_merge_adds_a_taint_by_key_and_effect_and_keeps_the_others(core: client.CoreV1Api) -> None:
+def test_a_strategic_merge_patch_of_taints_replaces_the_whole_list(core: client.CoreV1Api) -> None:
+    # NodeSpec.Taints has no patchMergeKey (k8s.io/api/core/v1/types.go): a strategic merge patch replaces
+    # the list, so adding a taint means sending the old ones too (as kubectl taint does).
     name = pool_nodes(core, "gpu")[0].metadata.name
-    before = core.read_node(name).spec.taints
-    patched = core.patch_node(name, {"spec": {"taints": [
-        {"key": "steward/remediating", "value": "yes", "effect": "NoSchedule"}]}})
-    keys = [(t.key, t.effect) for t in patched.spec.taints]
+    before = [{"key": t.key, "value": t.value, "effect": t.effect} for t in core.read_node(name).spec.taints or []]
+    assert before
+    added = core.patch_node(name, {"spec": {"taints": [
+        *before, {"key": "steward/remediating", "value": "yes", "effect": "NoSchedule"}]}})
+    keys = [(t.key, t.effect) for t in added.spec.taints]
     assert ("steward/remediating", "NoSchedule") in keys
-    assert all((t.key, t.effect) in keys for t in before)
-    removed = core.patch_node(name, {"spec": {"taints": [
-        {"key": "steward/remediating", "effect": "NoSchedule", "$patch": "delete"}]}})
-    assert ("steward/remediating", "NoSchedule") not in [(t.key, t.effect) for t in removed.spec.taints]
+    assert all((t["key"], t["effect"]) in keys for t in before)
+    only = core.patch_node(name, {"spec": {"taints": [{"key": "steward/remediating", "effect": "NoSchedule"}]}})
+    assert [(t.key, t.effect) for t in only.spec.taints] == [("steward/remediating", "NoSchedule")]
+    restored = core.patch_node(name, {"spec": {"taints": before}})
+    assert [(t.key, t.effect) for t in restored.spec.taints] == [(t["key"], t["effect"]) for t in before]
 
 
 def test_cordon_by_patch_sets_unschedulable_and_the_unschedulable_taint(core: client.CoreV1Api) -> None:

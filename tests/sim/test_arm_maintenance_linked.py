@@ -1,0 +1,174 @@
+"""The simulated ARM serves maintenance configurations as AKS does, and checks linked permissions.
+
+- Maintenance configurations (api-version 2023-05-01 on): a ``default`` carries ``maintenanceWindow``;
+  one written in the deprecated ``timeInWeek`` shape is shown migrated (learn.microsoft.com/azure/aks/
+  planned-maintenance, "Deprecated properties"); ``startDate`` defaults to the date the window was
+  created, and stays.
+- An agent-pool PUT naming a subnet, a public IP prefix or a proximity placement group is refused with
+  403 ``LinkedAuthorizationFailed`` unless the app's role (shared.permissions) grants the linked action.
+
+In-process, on a manual sim clock.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from shared.permissions import collect_arm_actions, linked_actions, steward_role_actions
+from sim.arm import ArmApi, granted_arm_actions
+from sim.http import Headers, Request, Response
+from sim.identity import APP_PRINCIPAL_ID
+from sim.model import Fleet, SimClock
+
+SUB = "00000000-0000-0000-0000-00000000abcd"
+ARM = "https://management.azure.com/"
+SUBNET = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/subnets/gpu"
+POD_SUBNET = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/subnets/pods"
+PREFIX = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/publicIPPrefixes/gpu-ips"
+PPG = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Compute/proximityPlacementGroups/gpu-ppg"
+JOIN_SUBNET = "Microsoft.Network/virtualNetworks/subnets/join/action"
+JOIN_PREFIX = "Microsoft.Network/publicIPPrefixes/join/action"
+SYSTEM = {"vmSize": "Standard_D4s_v5", "count": 1, "mode": "User"}
+
+
+APP_CLIENT_ID = "00000000-0000-0000-0000-00000000c11d"
+
+
+def app_token(fleet: Fleet) -> str:
+    """A token of the app's managed identity (the linked checks apply to it; the harness is owner)."""
+    return fleet.tokens.issue(ARM, principal=APP_PRINCIPAL_ID, client_id=APP_CLIENT_ID, groups=())[0]
+
+
+class Arm:
+    def __init__(self) -> None:
+        self.fleet = Fleet(seed=3, clock=SimClock(manual=True))
+        self.cluster = self.fleet.add_cluster(subscription=SUB, resource_group="rg1", name="c1")
+        self.api = ArmApi(self.fleet)
+        self.token = app_token(self.fleet)
+
+    def call(self, method: str, path: str, body: Any = None, *, api_version: str = "2026-08-01") -> Response:
+        headers = Headers({"Host": "127.0.0.1:8443", "Authorization": f"Bearer {self.token}"})
+        payload = json.dumps(body).encode() if body is not None else b""
+        return self.api.handle(Request(method, f"{path}?api-version={api_version}", headers, payload))
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        resp = self.call("GET", f"{self.cluster.id}/maintenanceConfigurations")
+        assert resp.status == 200, resp.body
+        return {c["name"]: c["properties"] for c in json.loads(resp.body)["value"]}
+
+    def put_pool(self, name: str, props: dict[str, Any]) -> Response:
+        return self.call("PUT", f"{self.cluster.id}/agentPools/{name}", {"properties": props})
+
+
+@pytest.fixture
+def arm() -> Arm:
+    return Arm()
+
+
+def error(resp: Response) -> dict[str, Any]:
+    return dict(json.loads(resp.body)["error"])
+
+
+# --------------------------------------------------------------------------- maintenance configurations
+
+
+def test_a_default_with_maintenance_window_is_served_in_that_shape(arm: Arm) -> None:
+    window = {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": "Saturday"}}, "durationHours": 4,
+              "utcOffset": "+00:00", "startTime": "01:00", "startDate": "2026-01-03"}
+    arm.cluster.maintenance_configurations["default"] = {"maintenanceWindow": window}
+    assert arm.configs()["default"] == {"maintenanceWindow": window}
+
+
+def test_a_legacy_default_is_shown_migrated_to_a_weekly_window_of_at_least_four_hours(arm: Arm) -> None:
+    legacy = {"timeInWeek": [{"day": "Sunday", "hourSlots": [1, 2]}],
+              "notAllowedTime": [{"start": "2026-12-24T00:00:00Z", "end": "2026-12-27T00:00:00Z"}]}
+    arm.cluster.maintenance_configurations["default"] = legacy
+    served = arm.configs()["default"]
+    assert served["timeInWeek"] == legacy["timeInWeek"] and served["notAllowedTime"] == legacy["notAllowedTime"]
+    assert served["maintenanceWindow"] == {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": "Sunday"}},
+                                           "durationHours": 4, "utcOffset": "+00:00", "startTime": "01:00"}
+    assert "maintenanceWindow" not in arm.cluster.maintenance_configurations["default"], "the stored data is untouched"
+
+
+@pytest.mark.parametrize("time_in_week", [
+    [{"day": "Saturday", "hourSlots": [1]}, {"day": "Sunday", "hourSlots": [1]}],
+    [{"day": "Saturday", "hourSlots": [1, 3]}],
+], ids=["two days", "a gap between slots"])
+def test_a_legacy_default_one_weekly_window_cannot_express_stays_legacy(arm: Arm, time_in_week: list) -> None:
+    arm.cluster.maintenance_configurations["default"] = {"timeInWeek": time_in_week}
+    assert arm.configs()["default"] == {"timeInWeek": time_in_week}
+
+
+def test_a_window_without_start_date_gets_the_creation_date_and_keeps_it(arm: Arm) -> None:
+    window = {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": "Sunday"}}, "durationHours": 4,
+              "startTime": "02:00", "utcOffset": "-08:00"}
+    arm.cluster.maintenance_configurations["aksManagedNodeOSUpgradeSchedule"] = {"maintenanceWindow": window}
+    first = arm.configs()["aksManagedNodeOSUpgradeSchedule"]["maintenanceWindow"]["startDate"]
+    local_today = datetime.fromtimestamp(arm.fleet.clock.now() - 8 * 3600, UTC).date().isoformat()
+    assert first == local_today
+    arm.fleet.advance(3 * 86400)
+    arm.token = app_token(arm.fleet)  # the first one expired meanwhile
+    one = arm.call("GET", f"{arm.cluster.id}/maintenanceConfigurations/aksManagedNodeOSUpgradeSchedule")
+    assert json.loads(one.body)["properties"]["maintenanceWindow"]["startDate"] == first
+
+
+# --------------------------------------------------------------------------- linked access checks
+
+
+def test_the_simulator_grants_the_role_the_project_declares() -> None:
+    import shared.aks
+    import shared.compute
+
+    fleet = Fleet(seed=1, clock=SimClock(manual=True))
+    assert granted_arm_actions(fleet) == steward_role_actions()
+    assert steward_role_actions() == collect_arm_actions(shared.aks, shared.compute) | linked_actions()
+    fleet.revoked_arm_actions = {JOIN_SUBNET}
+    assert JOIN_SUBNET not in granted_arm_actions(fleet)
+
+
+def test_a_pool_on_a_custom_subnet_is_created_when_the_role_grants_the_join(arm: Arm) -> None:
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET})
+    assert resp.status == 201, resp.body
+
+
+def test_without_the_subnet_join_the_put_is_refused_as_arm_does_and_nothing_is_created(arm: Arm) -> None:
+    arm.fleet.revoked_arm_actions = {JOIN_SUBNET}
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET})
+    assert resp.status == 403
+    err = error(resp)
+    assert err["code"] == "LinkedAuthorizationFailed"
+    assert err["message"] == (
+        f"The client '{APP_CLIENT_ID}' with object id '{APP_PRINCIPAL_ID}' has permission to perform action "
+        "'Microsoft.ContainerService/managedClusters/agentPools/write' on scope "
+        f"'{arm.cluster.id}/agentPools/gpuvnet'; however, it does not have permission to perform action(s) "
+        f"'{JOIN_SUBNET}' on the linked scope(s) '{SUBNET}' or the linked scope(s) are invalid.")
+    assert arm.call("GET", f"{arm.cluster.id}/agentPools/gpuvnet").status == 404
+
+
+def test_every_missing_linked_action_and_scope_is_named(arm: Arm) -> None:
+    arm.fleet.revoked_arm_actions = {JOIN_SUBNET, JOIN_PREFIX}
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET, "podSubnetID": POD_SUBNET,
+                                    "enableNodePublicIP": True, "nodePublicIPPrefixID": PREFIX,
+                                    "proximityPlacementGroupID": PPG})
+    assert resp.status == 403
+    message = error(resp)["message"]
+    assert f"action(s) '{JOIN_SUBNET},{JOIN_PREFIX}'" in message
+    assert f"linked scope(s) '{SUBNET},{POD_SUBNET},{PREFIX}'" in message
+    assert PPG not in message  # proximityPlacementGroups/write is still granted
+
+
+def test_an_update_that_still_names_the_subnet_is_checked_too(arm: Arm) -> None:
+    assert arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET}).status == 201
+    arm.fleet.advance(600)
+    arm.fleet.revoked_arm_actions = {JOIN_SUBNET}
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "count": 2, "vnetSubnetID": SUBNET})
+    assert resp.status == 403 and error(resp)["code"] == "LinkedAuthorizationFailed"
+
+
+def test_a_pool_without_linked_resources_needs_no_linked_action(arm: Arm) -> None:
+    arm.fleet.revoked_arm_actions = set(linked_actions())
+    assert arm.put_pool("plain", dict(SYSTEM)).status == 201
