@@ -1,23 +1,43 @@
-"""Queue trigger: a team's GPU pool request arrives.
+"""Queue triggers: a team's GPU pool request arrives, one function per team (POOL_REQUEST_TEAMS).
+
+A queue trigger names one fixed queue, so each team in the setting gets its own function
+(``pool_requests_<team>``), registered here at import time, listening on that team's queue in the
+team-facing storage account (connection ``TeamRequestsStorage``). The team of the queue is passed
+to the entry point: it is who asked, whatever the message says. No team, no function.
 
 Validation, the ledger and the Azure calls are in ``shared``; an invalid request is answered once
 and never retried, a transient failure raises so that the queue redelivers (and, after
 maxDequeueCount, moves the message to the poison queue with its last error).
 """
 
+from collections.abc import Callable, Iterable
+
 import azure.functions as func
 
-from shared import entrypoints
+from shared import entrypoints, teams
 
 bp = func.Blueprint()
 
 
-@bp.function_name("pool_requests")
-@bp.queue_trigger(arg_name="msg", queue_name="%POOL_REQUEST_QUEUE%", connection="AzureWebJobsStorage")
-@bp.queue_output(arg_name="nudge", queue_name="%NUDGE_QUEUE%", connection="AzureWebJobsStorage")
-def pool_requests(msg: func.QueueMessage, nudge: func.Out[str]) -> None:
-    outcome = entrypoints.handle_pool_request(
-        msg.get_body(), message_id=msg.id or "", dequeue_count=getattr(msg, "dequeue_count", None) or 1
-    )
-    if outcome.nudge:
-        nudge.set(outcome.nudge)
+def _handler(team: str) -> Callable[[func.QueueMessage, func.Out[str]], None]:
+    def pool_requests(msg: func.QueueMessage, nudge: func.Out[str]) -> None:
+        outcome = entrypoints.handle_pool_request(
+            msg.get_body(), team=team, message_id=msg.id or "",
+            dequeue_count=getattr(msg, "dequeue_count", None) or 1)
+        if outcome.nudge:
+            nudge.set(outcome.nudge)
+
+    return pool_requests
+
+
+def register(blueprint: func.Blueprint, team_list: Iterable[teams.Team]) -> None:
+    """One queue-trigger function per team on ``blueprint``."""
+    for team in team_list:
+        handler = _handler(team.name)
+        handler = blueprint.queue_output(arg_name="nudge", queue_name="%NUDGE_QUEUE%",
+                                         connection="AzureWebJobsStorage")(handler)
+        handler = blueprint.queue_trigger(arg_name="msg", queue_name=team.queue, connection=teams.CONNECTION)(handler)
+        blueprint.function_name(team.function_name)(handler)
+
+
+register(bp, teams.from_env())

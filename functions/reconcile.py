@@ -1,6 +1,7 @@
 """The reconciler: advances every durable record one short, idempotent step.
 
-Runs on a timer, and early when a nudge message arrives (a new request was accepted).
+Runs when a nudge message arrives -- at once (a request accepted, a remediation admitted) or delayed
+until a waiting record is due (shared.nudge) -- and on a slow safety-net timer for a lost nudge.
 """
 
 import azure.functions as func

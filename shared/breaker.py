@@ -6,7 +6,8 @@ nodes whose configured condition turned ``True`` (pending or over threshold) wit
 times; :func:`decide` (pure) keeps the distinct nodes that turned unhealthy within the window and
 opens when they are more than ``breaker_percent`` of the fleet's GPU nodes (once at least
 ``breaker_min_nodes`` did) or at least ``breaker_max_nodes``. Once open it stays open until an
-operator calls :func:`reset` (NVSentinel's runbook): a reset records its time, and remediation
+operator resets it (NVSentinel's runbook; ``fleetctl breaker --reset`` asks through a validated
+command record that the reconciler applies with :func:`reset`, shared.commands): a reset records its time, and remediation
 events observed before it are refused as stale, so the backlog queued during the storm is dropped
 instead of replayed (NVSentinel#450); nodes still unhealthy are re-reported by the next sweep.
 
@@ -155,19 +156,24 @@ def update(ctx: Context, *, observations: Mapping[str, float], fleet_nodes: int,
     raise Conflict("breaker record kept changing under us")
 
 
-def reset(ctx: Context, *, by: str) -> BreakerState:
-    """Close the breaker (operator action): clears the window and refuses events from before now."""
+def reset(ctx: Context, *, by: str, reason: str = "", command: str = "") -> BreakerState:
+    """Close the breaker: clears the window and refuses events from before now.
+
+    An operator asks for it through a validated ``command`` record (``fleetctl breaker --reset``,
+    applied by the reconciler: shared.commands), never by writing this record; ``command`` is that
+    record's id, carried with ``by`` and ``reason`` into the history and the Reset event."""
     for _ in range(_SAVE_TRIES):
         now = ctx.clock.now()
         record = ctx.ledger.get(KIND, ID)
         old = BreakerState.from_record(record)
         new = BreakerState(state=CLOSED, window={}, fleet_nodes=old.fleet_nodes, reset_at=now, reset_by=by)
         try:
-            _write(ctx, new, record, note=f"reset by {by}")
+            _write(ctx, new, record, note=f"reset by {by}" + (f" (command {command}): {reason}" if command else ""))
         except Conflict:
             continue
         _publish(ctx, RESET_EVENT, {"reset_by": by, "reset_at": now, "was": old.state,
-                                    "opened_at": old.opened_at, "reason": old.reason}, str(now))
+                                    "opened_at": old.opened_at, "reason": old.reason,
+                                    "reset_reason": reason, "command": command}, str(now))
         return new
     raise Conflict("breaker record kept changing under us")
 

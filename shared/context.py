@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.clock import Clock
-    from shared.ports import ClusterAccess, EventsPort, LedgerPort
+    from shared.ports import ClusterAccess, EventsPort, LedgerPort, NudgePort
     from shared.settings import Settings
     from shared.telemetry import Telemetry
 
@@ -26,4 +26,5 @@ class Context:
     events: EventsPort
     telemetry: Telemetry
     instance: str = "local"  # who owns claims and leases: host name + process id in Azure
+    nudge: NudgePort | None = None  # delayed wake-ups of the reconciler (shared.nudge); None: the timer alone
     extras: dict[str, Any] = field(default_factory=dict)

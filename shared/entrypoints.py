@@ -36,14 +36,24 @@ class PoolRequestResult:
     nudge: str | None = None
 
 
-def handle_pool_request(body: bytes | str, *, message_id: str = "", dequeue_count: int = 1,
+def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", dequeue_count: int = 1,
                         ctx: Context | None = None) -> PoolRequestResult:
-    """Validate and record a pool request. Raises only for transient failures (the queue retries)."""
+    """Validate and record a pool request that arrived on ``team``'s queue.
+
+    The team is who asked (the queue says so, not the message) and bounds what may be asked for
+    (shared.teams). Raises only for transient failures (the queue retries), and SettingError when
+    the trigger's team is not in POOL_REQUEST_TEAMS (settings changed under a running worker).
+    """
     from shared import pool_creation, telemetry
+    from shared import teams as teams_mod
+    from shared.env import SettingError
 
     context = _ctx(ctx)
+    entry = teams_mod.by_name(context.settings.teams, team)
+    if entry is None:
+        raise SettingError(f"setting {teams_mod.SETTING} has no team {team!r}, whose queue this message came from")
     with telemetry.correlation(message_id or None):
-        outcome = pool_creation.accept(body, dequeue_count=dequeue_count, ctx=context)
+        outcome = pool_creation.accept(body, dequeue_count=dequeue_count, ctx=context, team=entry)
     status = str(outcome.status)
     nudge = f"pool-request:{outcome.request_id}" if status == "accepted" else None
     return PoolRequestResult(status=status, request_id=str(outcome.request_id), nudge=nudge)

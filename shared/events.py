@@ -4,16 +4,23 @@ Outcomes (pool created or rejected, node remediated, migration finished) and the
 are published as CloudEvents 1.0 with ``source = STEWARD_EVENT_SOURCE`` to EVENTGRID_TOPIC_ENDPOINT,
 authenticated as the app's managed identity.
 
-Two details of azure-eventgrid 4.22.1 shape this module. For a basic topic the public
-``EventGridPublisherClient`` builds its inner (legacy) client *without* passing on keyword arguments,
-so ``connection_verify`` (STEWARD_CA_BUNDLE) and ``retry_total`` would be dropped: the inner client,
-which the public one instantiates itself, is built directly instead. And the token scope is fixed to
-``https://eventgrid.azure.net/.default``: a small credential wrapper asks for EVENTGRID_AUDIENCE's
-scope instead, so sovereign clouds and the simulator work with the same code.
+Only the public ``azure.eventgrid.EventGridPublisherClient`` is used. Two details of azure-eventgrid
+4.22.1 shape this module:
+
+- For a basic topic the public client builds its inner client *without* the keyword arguments
+  given to its constructor, so ``connection_verify`` (STEWARD_CA_BUNDLE), the timeouts and
+  ``retry_total=0`` (shared.retry decides) would be dropped there. azure-core reads the same options
+  per request, so they travel with every ``send`` instead. On the way the basic-topic path also hands
+  them to its CloudEvent model, which logs "is not a known attribute ... will be ignored" for each:
+  :class:`_TransportOptionNoise` drops exactly those lines.
+- The token scope is fixed to ``https://eventgrid.azure.net/.default``: a small credential wrapper
+  asks for EVENTGRID_AUDIENCE's scope instead, so sovereign clouds and the simulator work with the
+  same code.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -41,6 +48,25 @@ class AudienceCredential:
         return self._credential.get_token(self._scope, **kwargs)
 
 
+_TRANSPORT_OPTIONS = ("retry_total", "connection_timeout", "read_timeout", "connection_verify")
+
+
+class _TransportOptionNoise(logging.Filter):
+    """Drops the SDK's per-event warning about the per-request transport options, nothing else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Judged on the formatted message: shared.telemetry's record factory may already have folded the
+        # arguments into ``msg`` (redaction), leaving ``args`` empty.
+        message = record.getMessage()
+        option, _, rest = message.partition(" ")
+        return not (option in _TRANSPORT_OPTIONS and rest.startswith("is not a known attribute"))
+
+
+_NOISE_FILTER = _TransportOptionNoise()
+# The logger the basic-topic model base class warns on (azure-eventgrid's generated _serialization).
+_SDK_MODEL_LOGGER = "azure.eventgrid._legacy._generated._serialization"
+
+
 class EventPublisher:
     """EventsPort over azure-eventgrid (basic topic, CloudEvents 1.0 schema)."""
 
@@ -53,21 +79,28 @@ class EventPublisher:
         self._max_delay = retry_max_delay
         self._client: Any = None
         self._lock = threading.Lock()
+        self._options: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
+        if settings.ca_bundle:
+            self._options["connection_verify"] = settings.ca_bundle
 
     def _get_client(self) -> Any:
         with self._lock:
             if self._client is None:
-                from azure.eventgrid._legacy import EventGridPublisherClient
+                from azure.eventgrid import EventGridPublisherClient
 
-                options: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
-                if self._settings.ca_bundle:
-                    options["connection_verify"] = self._settings.ca_bundle
+                sdk_logger = logging.getLogger(_SDK_MODEL_LOGGER)
+                if _NOISE_FILTER not in sdk_logger.filters:
+                    sdk_logger.addFilter(_NOISE_FILTER)
                 self._client = EventGridPublisherClient(
                     self._settings.eventgrid_topic_endpoint,
                     AudienceCredential(self._credential, self._settings.eventgrid_scope),
-                    **options,
                 )
             return self._client
+
+    @property
+    def request_options(self) -> dict[str, Any]:
+        """The azure-core options sent with every request (CA bundle, timeouts, no SDK retries)."""
+        return dict(self._options)
 
     def _now(self) -> float:
         from shared import clock as clocks
@@ -82,7 +115,8 @@ class EventPublisher:
             id=id_ or str(uuid.uuid4()), time=datetime.fromtimestamp(self._now(), tz=UTC),
         )
         client = self._get_client()
-        send: Callable[[], None] = lambda: client.send([event])  # noqa: E731
+        options = self.request_options
+        send: Callable[[], None] = lambda: client.send([event], **options)  # noqa: E731
         from shared import clock as clocks
 
         retry.call(call_arm, send, what=f"publish {type_}", clock=self._clock or clocks.current(),

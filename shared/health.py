@@ -26,6 +26,14 @@ STATE_ANNOTATION = "gpu-fleet-steward/remediation"
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
+AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
+# Node auto-provisioning (Karpenter) nodes carry neither kubernetes.azure.com/agentpool nor
+# kubernetes.azure.com/accelerator (Azure/karpenter-provider-azure designs/0006-requirements-and-labels.md;
+# #837 dropped accelerator as redundant with sku-gpu-name): their pool is the NodePool, and GPU nodes
+# are found by karpenter.azure.com/sku-gpu-manufacturer (pkg/apis/v1beta1/labels.go).
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+NAP_GPU_SELECTOR = "karpenter.azure.com/sku-gpu-manufacturer=nvidia"
+
 # Skip reasons (stable strings: they show up in reports and tests).
 SKIP_OPTED_OUT = "opted-out"
 SKIP_STARTING = "starting"
@@ -56,6 +64,25 @@ class Evaluation:
 
     def _later(self, at: float) -> None:
         self.next_check = at if self.next_check is None else min(self.next_check, at)
+
+
+def is_karpenter_node(node: NodeView) -> bool:
+    """A node auto-provisioning (Karpenter) node: made for a NodePool, a standalone VM, no agent pool."""
+    return bool(node.labels.get(NODEPOOL_LABEL)) and "/virtualmachinescalesets/" not in node.provider_id.lower()
+
+
+def pool_of(node: NodeView) -> str:
+    """The node's pool: its agent pool, or the Karpenter NodePool that made it."""
+    if is_karpenter_node(node):
+        return node.labels.get(NODEPOOL_LABEL, "")
+    return node.pool
+
+
+def pool_selector(node: NodeView) -> str:
+    """The label selector of the node's pool (agent pool, or Karpenter NodePool)."""
+    if is_karpenter_node(node):
+        return f"{NODEPOOL_LABEL}={node.labels.get(NODEPOOL_LABEL, '')}"
+    return f"{AGENTPOOL_LABEL}={node.pool}"
 
 
 def cordoned_by_us(node: NodeView) -> bool:
@@ -175,6 +202,50 @@ def is_recovered(node: NodeView, *, policy: RemediationPolicy) -> tuple[bool, st
     if gpus_allocatable(node) <= 0:
         return False, "no GPUs allocatable"
     return True, "Ready, GPU conditions False, GPUs allocatable"
+
+
+VERIFIED, CONFIRMING, NOT_RECOVERED = "verified", "confirming", "not-recovered"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The check after a repair: ``state`` is VERIFIED, CONFIRMING (healthy, but not yet for the whole
+    window: look again at ``until``) or NOT_RECOVERED; ``why`` says so for the record."""
+
+    state: str
+    why: str
+    until: float | None = None
+
+
+def verify_repair(node: NodeView, *, policy: RemediationPolicy, since: float, now: float,
+                  window_s: float) -> Verdict:
+    """Whether a repaired node may be trusted again (pure).
+
+    Healthy (:func:`is_recovered`) is not enough right after a boot: node-problem-detector publishes
+    its custom-plugin conditions ``False`` with a fresh ``lastTransitionTime`` when it starts, before
+    its first check (kubernetes/node-problem-detector custom_plugin_monitor.go ``initialConditions``),
+    and a fault that survived the reboot turns ``True`` only at that check. So the node must stay
+    healthy for ``window_s`` after the latest of: ``since`` (verification began), Ready's transition
+    and each configured condition's transition. A ``False`` that NPD published at start-up is thus
+    never taken as recovery on its own.
+    """
+    recovered, why = is_recovered(node, policy=policy)
+    if not recovered:
+        return Verdict(NOT_RECOVERED, why)
+    start, what = since, "verification began"
+    ready = node.condition("Ready")
+    if ready is not None and ready.last_transition is not None and ready.last_transition > start:
+        start, what = ready.last_transition, "the node turned Ready"
+    for type_ in policy.conditions:
+        cond = node.condition(type_)
+        at = cond.last_transition if cond is not None else None
+        if at is not None and at > start:
+            start, what = at, f"{type_} turned {cond.status if cond else ''} (NPD start-up or check)"
+    until = start + window_s
+    if now < until:
+        return Verdict(CONFIRMING, f"healthy; confirming for {window_s:.0f}s after {what} (outlasting NPD's first "
+                                   f"check after a boot)", until)
+    return Verdict(VERIFIED, f"{why}; stable for {now - start:.0f}s since {what}")
 
 
 def gpus_allocatable(node: NodeView) -> int:

@@ -16,7 +16,9 @@ Why it is built this way:
 - **Writes** go through the kubernetes client (strategic-merge patches, the Eviction API, events,
   leases, Jobs and Karpenter custom objects). Pods are only ever removed through the Eviction API.
 - Errors are translated at the edge into shared.errors; each method declares the exact Kubernetes
-  verbs it uses (shared.permissions), from which the ClusterRole is checked.
+  verbs it uses (shared.permissions), per kind for the generic object methods, cluster-wide or in the
+  app's own namespace (leases, events, sample Jobs: ``namespace``, setting STEWARD_NAMESPACE), from
+  which the ClusterRole and the namespace's Role are checked (tests/infra).
 """
 
 from __future__ import annotations
@@ -38,8 +40,22 @@ import msgspec
 
 from shared import retry
 from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
-from shared.permissions import requires_kube
-from shared.ports import Condition, Epoch, EvictionResult, NodeView, OwnerRef, PodView, Taint, rfc3339_seconds
+from shared.permissions import kind_allowed, requires_kube, requires_kube_kinds
+from shared.ports import (
+    EVICTED,
+    EVICTION_BLOCKED,
+    EVICTION_GONE,
+    MULTIPLE_PDBS,
+    NAMESPACE_TERMINATING,
+    Condition,
+    Epoch,
+    EvictionResult,
+    NodeView,
+    OwnerRef,
+    PodView,
+    Taint,
+    rfc3339_seconds,
+)
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -51,7 +67,9 @@ log = logging.getLogger("steward.kube")
 
 FIELD_MANAGER = "gpu-fleet-steward"
 EVENT_COMPONENT = "gpu-fleet-steward"
-DEFAULT_LEASE_NAMESPACE = "kube-node-lease"
+#: The app's own namespace (setting STEWARD_NAMESPACE): its leases, events and sample Jobs live there,
+#: granted by a Role (infra/kubernetes/role.yaml), not cluster-wide.
+DEFAULT_APP_NAMESPACE = "gpu-fleet-steward"
 _TIMEOUT = (10.0, 60.0)  # (connect, read) seconds per request
 _TOKEN_REFRESH_MARGIN_S = 300.0
 
@@ -401,6 +419,70 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
+def _status_doc(body: Any) -> Mapping[str, Any]:
+    """The Kubernetes ``Status`` object of an error body ({} when it is not one)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return {}
+    return body if isinstance(body, Mapping) else {}
+
+
+def _cause_reasons(doc: Mapping[str, Any]) -> set[str]:
+    """``details.causes[].reason`` (Go's ``StatusCause.Type``, what ``apierrors.HasStatusCause`` reads)."""
+    causes = (doc.get("details") or {}).get("causes") or []
+    return {str(c.get("reason") or "") for c in causes if isinstance(c, Mapping)}
+
+
+# kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go: the only error the Eviction API
+# answers with no cause type to tell it apart (errors.NewInternalError), so its fixed text is matched.
+_MULTIPLE_PDBS_TEXT = "more than one poddisruptionbudget"
+
+
+def classify_eviction_error(status: int, body: Any, headers: Any = None) -> EvictionResult | None:
+    """What a refused eviction means for a drain, by status, reason and causes; ``None``: a plain error.
+
+    From kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go and the NamespaceLifecycle
+    admission plugin (staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle):
+    - 429 TooManyRequests: the budget allows no disruption now, or the PDB is not yet observed
+      (then with ``Retry-After``) → blocked, retried;
+    - 403 with cause ``NamespaceTerminating`` (NamespaceLifecycle refuses creating the Eviction in a
+      namespace being deleted) → the namespace controller deletes the pod: wait for it, as kubectl
+      drain (staging/src/k8s.io/kubectl/pkg/drain/drain.go evictPods) and Cluster API do;
+    - 403 Forbidden on the resource ``poddisruptionbudget`` (``details.kind``; newer servers add a
+      ``DisruptionBudget`` cause): ``disruptionsAllowed`` below 0 or ``DisruptedPods`` over its cap →
+      blocked by the budget, retried within the drain policy (never "check RBAC");
+    - 404 → gone; 500 "more than one PodDisruptionBudget" → multiple_pdbs (not transient).
+    Any other 403 (RBAC) and other 5xx are not ours: the caller raises them (Forbidden, Transient).
+    """
+    doc = _status_doc(body)
+    message = str(doc.get("message") or "")
+    said = [str(c.get("message") or "") for c in (doc.get("details") or {}).get("causes") or [] if isinstance(c, Mapping)]
+    said = [m for m in said if m and m not in message]
+    message = (message + (" (" + "; ".join(said) + ")" if said else ""))[:500]
+    if not doc and isinstance(body, (str, bytes, bytearray)):
+        message = (body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body).strip()[:500]
+    details = doc.get("details") or {}
+    causes = _cause_reasons(doc)
+    if status == 429:
+        return EvictionResult(EVICTION_BLOCKED, message or "eviction refused (429)", _retry_after(headers))
+    if status == 404:
+        return EvictionResult(EVICTION_GONE, message)
+    if status == 403:
+        if "NamespaceTerminating" in causes:
+            return EvictionResult(NAMESPACE_TERMINATING, message)
+        if str(details.get("kind") or "") in ("poddisruptionbudget", "poddisruptionbudgets") or "DisruptionBudget" in causes:
+            return EvictionResult(EVICTION_BLOCKED, message or "eviction refused by a PodDisruptionBudget (403)",
+                                  pdb=str(details.get("name") or ""))
+        return None
+    if status == 500 and _MULTIPLE_PDBS_TEXT in message.lower():
+        return EvictionResult(MULTIPLE_PDBS, message)
+    return None
+
+
 def map_kube_error(error: BaseException, *, what: str) -> StewardError | None:
     """Translate a kubernetes-client / urllib3 exception into a shared.errors one (None: not ours)."""
     from kubernetes.client.exceptions import ApiException
@@ -428,6 +510,53 @@ def map_kube_error(error: BaseException, *, what: str) -> StewardError | None:
     return None
 
 
+def _escape_field_value(value: str) -> str:
+    """A literal as a field selector value (fields.EscapeValue in k8s.io/apimachinery/pkg/fields/selector.go):
+    an unescaped ``,`` or ``=`` in a value is a 400 from the server."""
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+
+
+# How often one list call starts again after its continue token expired before it gives up (Transient):
+# a list needs to outlast only one compaction interval (5 minutes by default) to finish.
+MAX_LIST_RESTARTS = 3
+
+
+class _ListExpired(Exception):
+    """The ``continue`` token of a paginated list expired (410, reason Expired). Not a StewardError, so
+    shared.retry never retries it: the same token can never work again, only a fresh list can."""
+
+
+def _expiring(fetch: Callable[[], bytes], *, token: str) -> Callable[[], bytes]:
+    """``fetch`` with a 410 on a continued page turned into :class:`_ListExpired`. A real API server
+    answers 410 Expired once etcd has compacted the list's revision (kubernetes/kubernetes
+    staging/src/k8s.io/apiserver/pkg/storage/etcd3/errors.go). Its body may carry an "inconsistent"
+    continue token; it is not used: it would mix two revisions silently, and older servers omit it."""
+    if not token:
+        return fetch
+
+    def run() -> bytes:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fetch()
+        except ApiException as error:
+            if error.status == 410:
+                message, reason = _status_message(error.body)
+                raise _ListExpired(f"410 {reason} {message}".strip()) from error
+            raise
+
+    return run
+
+
+def _restart_or_give_up(expired: _ListExpired, restarts: int, *, what: str) -> int:
+    restarts += 1
+    if restarts > MAX_LIST_RESTARTS:
+        raise Transient(f"{what}: the list's continue token expired {restarts} times in a row; giving up for now "
+                        f"({expired})") from expired
+    log.warning("list token expired: listing again from the start", extra={"what": what, "restart": restarts})
+    return restarts
+
+
 def _call(fn: Callable[[], T], *, what: str) -> T:
     try:
         return fn()
@@ -442,24 +571,51 @@ def _call(fn: Callable[[], T], *, what: str) -> T:
 
 
 def server_and_ca(kubeconfig: bytes) -> tuple[str, bytes | None, bool]:
-    """``(server URL, CA PEM or None, insecure)`` of the current context's cluster; users are ignored."""
+    """``(server URL, CA PEM or None, insecure)`` of the current context's cluster; users are ignored.
+
+    The kubeconfig comes from ARM (``listClusterUserCredential``), so it is input, not configuration:
+    a kubeconfig that would weaken TLS is refused rather than obeyed (issue 11 §4). The server must be
+    an ``https://`` URL with a host; ``insecure-skip-tls-verify`` and ``certificate-authority`` (a file
+    path on *this* machine, which ARM has no business naming) are refused; the CA is taken only from
+    ``certificate-authority-data`` and must be PEM. Without CA data the connection is still verified,
+    against STEWARD_CA_BUNDLE or the system trust store. ``insecure`` is therefore always False; it
+    stays in the tuple for KubeClient, which sets ``verify_ssl`` from it.
+    """
+    import binascii
+
     import yaml
 
-    doc = yaml.safe_load(kubeconfig) or {}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or []}
-    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or []}
+    try:
+        doc = yaml.safe_load(kubeconfig) or {}
+    except yaml.YAMLError as error:
+        raise Invalid(f"kubeconfig is not YAML: {type(error).__name__}") from None
+    if not isinstance(doc, dict):
+        raise Invalid("kubeconfig is not a YAML mapping")
+    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or [] if isinstance(c, dict)}
+    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or [] if isinstance(c, dict)}
     context = contexts.get(doc.get("current-context")) or (next(iter(contexts.values())) if contexts else {})
     cluster = clusters.get(context.get("cluster")) or (next(iter(clusters.values())) if clusters else None)
     if not cluster or not cluster.get("server"):
         raise Invalid("kubeconfig has no cluster server")
+    server = str(cluster["server"])
+    parts = urlsplit(server)
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        raise Invalid(f"kubeconfig server {server[:100]!r} is not an https:// URL; refusing to send a token to it")
+    if parts.username is not None or parts.password is not None:
+        raise Invalid("kubeconfig server URL carries credentials; refusing it")
+    if cluster.get("insecure-skip-tls-verify") not in (None, False):
+        raise Invalid("kubeconfig sets insecure-skip-tls-verify; refusing to connect without verifying the server")
+    if cluster.get("certificate-authority") not in (None, ""):
+        raise Invalid("kubeconfig names a CA file (certificate-authority); only certificate-authority-data is used")
     ca: bytes | None = None
     if cluster.get("certificate-authority-data"):
-        ca = base64.b64decode(cluster["certificate-authority-data"])
-    elif cluster.get("certificate-authority"):
-        from pathlib import Path
-
-        ca = Path(str(cluster["certificate-authority"])).read_bytes()
-    return str(cluster["server"]).rstrip("/"), ca, bool(cluster.get("insecure-skip-tls-verify"))
+        try:
+            ca = base64.b64decode(str(cluster["certificate-authority-data"]), validate=True)
+        except (binascii.Error, ValueError):
+            raise Invalid("kubeconfig certificate-authority-data is not base64") from None
+        if b"-----BEGIN CERTIFICATE-----" not in ca:
+            raise Invalid("kubeconfig certificate-authority-data is not a PEM certificate")
+    return server.rstrip("/"), ca, False
 
 
 class BearerTokens:
@@ -511,6 +667,22 @@ OBJECT_KINDS: dict[tuple[str, str], tuple[str, bool]] = {
 }
 
 
+
+
+def _kinds(*keys: tuple[str, str]) -> dict[tuple[str, str], tuple[str, bool]]:
+    return {key: OBJECT_KINDS[key] for key in keys}
+
+
+_JOB, _NODEPOOL, _NODECLASS = ("batch", "Job"), ("karpenter.sh", "NodePool"), ("karpenter.azure.com", "AKSNodeClass")
+# Which kinds each generic method handles: the app's calls, per kind (shared.pool_creation: the sample
+# Job is created, read and deleted; Karpenter objects are applied, read and, for a failed pool, deleted).
+# Each method refuses every other kind, so its declared rules are exactly its calls.
+CREATE_KINDS = _kinds(_JOB)
+APPLY_KINDS = _kinds(_NODEPOOL, _NODECLASS)
+READ_KINDS = _kinds(_JOB, _NODEPOOL, _NODECLASS)
+DELETE_KINDS = _kinds(_JOB, _NODEPOOL, _NODECLASS)
+
+
 def _kind_of(api_version: str, kind: str) -> tuple[str, str, str, bool]:
     group, _, version = api_version.rpartition("/")
     try:
@@ -551,12 +723,14 @@ class KubeClient:
 
     def __init__(self, kubeconfig: bytes, credential: TokenCredential, *, server_app_id: str,
                  ca_bundle: str = "", clock: Clock | None = None, cluster_id: str = "",
-                 retry_attempts: int = 4, retry_max_delay: float = 30.0) -> None:
+                 retry_attempts: int = 4, retry_max_delay: float = 30.0,
+                 namespace: str = DEFAULT_APP_NAMESPACE) -> None:
         import urllib3
         from kubernetes import client as k8s
 
         server, ca, insecure = server_and_ca(kubeconfig)
         self.server = server
+        self.namespace = namespace or DEFAULT_APP_NAMESPACE  # the app's own (STEWARD_NAMESPACE)
         self.cluster_id = cluster_id
         self._clock = clock
         self._attempts = retry_attempts
@@ -652,15 +826,37 @@ class KubeClient:
 
     @requires_kube("", "nodes", "list")
     def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]:
-        """GPU nodes one page at a time; a page is released before the next one is fetched."""
+        """GPU nodes one page at a time; a page is released before the next one is fetched.
+
+        An expired ``continue`` token (410 Expired: etcd was compacted past the list's revision while
+        the pages were being read) restarts the list from scratch, at most ``MAX_LIST_RESTARTS`` times
+        (then ``Transient``). What a restart means for the consumer: every node is still handed over at
+        most once per call (the names already handed over are skipped), but the list is no longer one
+        snapshot: the nodes handed over before the restart are as they were then, the rest as they are
+        in the new list; a node created meanwhile appears, a node deleted meanwhile may already have
+        been handed over. The sweep, which judges each node on its own, is exact under that reading.
+        """
         what = f"list nodes of {self.cluster_id or self.server}"
         token = ""
+        seen: set[str] = set()
+        restarts = 0
         while True:
             query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
-            nodes, token = decode_node_list(self._run(lambda q=query: self._get_json("/api/v1/nodes", q), what=what))
+            try:
+                data = self._run(_expiring(lambda q=query: self._get_json("/api/v1/nodes", q), token=token),
+                                 what=what)
+            except _ListExpired as expired:
+                restarts = _restart_or_give_up(expired, restarts, what=what)
+                token = ""
+                continue
+            nodes, token = decode_node_list(data)
             nodes.reverse()
             while nodes:  # hand each node over and forget it, so that only the consumer keeps the page
-                yield nodes.pop()
+                node = nodes.pop()
+                if node.name in seen:
+                    continue  # handed over before a restart
+                seen.add(node.name)
+                yield node
             if not token:
                 return
 
@@ -686,9 +882,11 @@ class KubeClient:
     @requires_kube("", "pods", "list")
     def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
                   label_selector: str = "", page_size: int = 500) -> list[PodView]:
-        field_selector = f"spec.nodeName={node_name}" if node_name else None
+        field_selector = f"spec.nodeName={_escape_field_value(node_name)}" if node_name else None
+        what = f"list pods ({node_name or namespace or 'all'})"
         pods: list[PodView] = []
         token = ""
+        restarts = 0
         while True:
             def fetch(page_token: str = token) -> bytes:
                 common: dict[str, Any] = {
@@ -698,19 +896,16 @@ class KubeClient:
                     return self._body(self._core.list_namespaced_pod(namespace, **common))
                 return self._body(self._core.list_pod_for_all_namespaces(**common))
 
-            page, token = decode_pod_list(self._run(fetch, what=f"list pods ({node_name or namespace or 'all'})"))
+            try:
+                data = self._run(_expiring(fetch, token=token), what=what)
+            except _ListExpired as expired:  # the list starts again from scratch: one consistent list
+                restarts = _restart_or_give_up(expired, restarts, what=what)
+                pods, token = [], ""
+                continue
+            page, token = decode_pod_list(data)
             pods.extend(page)
             if not token:
                 return pods
-
-    @requires_kube("", "pods", "get")
-    def get_pod(self, namespace: str, name: str) -> PodView | None:
-        try:
-            data = self._run(lambda: self._body(self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT)), what=f"get pod {namespace}/{name}")
-        except NotFound:
-            return None
-        return decode_pod(data)
 
     @requires_kube("", "pods/eviction", "create")
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult:
@@ -726,15 +921,11 @@ class KubeClient:
                 self._body(self._core.create_namespaced_pod_eviction(
                     name, namespace, body, _preload_content=False, _request_timeout=_TIMEOUT))
             except ApiException as error:
-                message, _ = _status_message(error.body)
-                if error.status == 429:
-                    return EvictionResult("blocked", message or "eviction refused (429)", _retry_after(error.headers))
-                if error.status == 404:
-                    return EvictionResult("gone", message)
-                if error.status == 500 and "more than one poddisruptionbudget" in message.lower():
-                    return EvictionResult("blocked", message)  # a configuration problem; never forced
-                raise
-            return EvictionResult("evicted")
+                result = classify_eviction_error(int(error.status or 0), error.body, error.headers)
+                if result is None:
+                    raise  # an RBAC 403, a 5xx, ...: map_kube_error decides (Forbidden, Transient)
+                return result
+            return EvictionResult(EVICTED)
 
         return self._run(post, what=f"evict {namespace}/{name}")
 
@@ -752,7 +943,7 @@ class KubeClient:
 
     # -- events
 
-    @requires_kube("", "events", "create")
+    @requires_kube("", "events", "create", namespaced=True)
     def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
                      action: str = "", correlation_id: str = "") -> None:
         name = node if isinstance(node, str) else node.name
@@ -763,7 +954,7 @@ class KubeClient:
             involved["uid"] = uid
         body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": "default",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace,
                          "annotations": {"gpu-fleet-steward/correlation-id": correlation_id} if correlation_id else {}},
             "involvedObject": involved, "reason": reason, "message": message[:1024], "type": type_,
             "action": action or reason, "source": {"component": EVENT_COMPONENT},
@@ -771,7 +962,9 @@ class KubeClient:
             "firstTimestamp": _rfc3339(now), "lastTimestamp": _rfc3339(now), "count": 1,
         }
         try:
-            _call(lambda: self._core.create_namespaced_event("default", body, _preload_content=False,
+            # In the app's namespace: an Event about a cluster-scoped Node may live in any namespace, and
+            # `kubectl describe node` searches every namespace for it (kubectl describe.go searchEvents).
+            _call(lambda: self._core.create_namespaced_event(self.namespace, body, _preload_content=False,
                                                              _request_timeout=_TIMEOUT).data,
                   what=f"event {reason} on node {name}")
         except Exception as error:  # events are auxiliary: log and carry on
@@ -780,10 +973,11 @@ class KubeClient:
 
     # -- leases
 
-    @requires_kube("coordination.k8s.io", "leases", "get", "create", "update")
-    def acquire_lease(self, name: str, *, holder: str, duration_s: int,
-                      namespace: str = DEFAULT_LEASE_NAMESPACE) -> bool:
-        """Take or renew the lease; False when someone else holds it or won the race."""
+    @requires_kube("coordination.k8s.io", "leases", "get", "create", "update", namespaced=True)
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str | None = None) -> bool:
+        """Take or renew the lease (in the app's namespace unless told); False when someone else holds
+        it or won the race."""
+        namespace = namespace or self.namespace
         now = self._now()
         spec = {"holderIdentity": holder, "leaseDurationSeconds": int(duration_s),
                 "renewTime": _rfc3339(now, micro=True)}
@@ -823,9 +1017,10 @@ class KubeClient:
             return False
         return True
 
-    @requires_kube("coordination.k8s.io", "leases", "get", "update")
-    def release_lease(self, name: str, *, holder: str, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:
+    @requires_kube("coordination.k8s.io", "leases", "get", "update", namespaced=True)
+    def release_lease(self, name: str, *, holder: str, namespace: str | None = None) -> None:
         """Give the lease up if we hold it (clears the holder; the object stays for the next taker)."""
+        namespace = namespace or self.namespace
         what = f"lease {namespace}/{name}"
         try:
             current = json.loads(self._run(lambda: self._body(self._custom.get_namespaced_custom_object(
@@ -849,16 +1044,22 @@ class KubeClient:
 
     # -- objects (Jobs, Karpenter)
 
-    def _object_args(self, api_version: str, kind: str, namespace: str | None) -> tuple[str, str, str, str | None]:
+    def _object_args(self, api_version: str, kind: str, namespace: str | None, *,
+                     method: Callable[..., Any]) -> tuple[str, str, str, str | None]:
+        """The call's (group, version, plural, namespace); a kind ``method`` did not declare (its
+        ``requires_kube_kinds`` table) is refused here, before any request: the grants are per kind."""
         group, version, plural, namespaced = _kind_of(api_version, kind)
+        if not kind_allowed(method, group, kind):
+            raise Invalid(f"{method.__name__} does not handle {api_version} {kind}: the app declares (and is granted) "
+                          "it for other kinds only")
         if namespaced and not namespace:
-            namespace = "default"
+            namespace = self.namespace
         return group, version, plural, namespace if namespaced else None
 
-    def _create(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _create(self, obj: Mapping[str, Any], *, method: Callable[..., Any]) -> Mapping[str, Any]:
         meta = obj.get("metadata") or {}
         group, version, plural, ns = self._object_args(str(obj.get("apiVersion", "")), str(obj.get("kind", "")),
-                                                       meta.get("namespace"))
+                                                       meta.get("namespace"), method=method)
         body = dict(obj)
         if ns is not None:
             response = self._custom.create_namespaced_custom_object(
@@ -870,32 +1071,32 @@ class KubeClient:
                 _preload_content=False, _request_timeout=_TIMEOUT)
         return dict(json.loads(self._body(response) or b"{}"))
 
-    @requires_kube("batch", "jobs", "create")
-    @requires_kube("karpenter.sh", "nodepools", "create")
-    @requires_kube("karpenter.azure.com", "aksnodeclasses", "create")
+    @requires_kube_kinds(CREATE_KINDS, "create")
     def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create a sample Job (the only kind the app creates outright)."""
         name = (obj.get("metadata") or {}).get("name", "")
-        return self._run(lambda: self._create(obj), what=f"create {obj.get('kind')} {name}")
+        return self._run(lambda: self._create(obj, method=KubeClient.create_object),
+                         what=f"create {obj.get('kind')} {name}")
 
-    @requires_kube("batch", "jobs", "get", "create", "update")
-    @requires_kube("karpenter.sh", "nodepools", "get", "create", "update")
-    @requires_kube("karpenter.azure.com", "aksnodeclasses", "get", "create", "update")
+    @requires_kube_kinds(APPLY_KINDS, "get", "create", "update")
     def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create or replace a Karpenter NodePool or AKSNodeClass (node auto-provisioning pools)."""
         meta = dict(obj.get("metadata") or {})
         api_version, kind, name = str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("name", ""))
-        group, version, plural, ns = self._object_args(api_version, kind, meta.get("namespace"))
+        method = KubeClient.apply_object
+        group, version, plural, ns = self._object_args(api_version, kind, meta.get("namespace"), method=method)
         what = f"apply {kind} {name}"
 
         def once() -> Mapping[str, Any]:
-            existing = self._get(api_version, kind, name, ns)
+            existing = self._get(api_version, kind, name, ns, method=method)
             if existing is None:
                 try:
-                    return self._create(obj)
+                    return self._create(obj, method=method)
                 except Exception as error:
                     mapped = map_kube_error(error, what=what)
                     if not isinstance(mapped, Conflict):
                         raise
-                    existing = self._get(api_version, kind, name, ns)
+                    existing = self._get(api_version, kind, name, ns, method=method)
                     if existing is None:
                         raise Transient(f"{what}: created and deleted concurrently") from error
             body = dict(obj)
@@ -912,8 +1113,9 @@ class KubeClient:
 
         return self._run(once, what=what)
 
-    def _get(self, api_version: str, kind: str, name: str, namespace: str | None) -> Mapping[str, Any] | None:
-        group, version, plural, ns = self._object_args(api_version, kind, namespace)
+    def _get(self, api_version: str, kind: str, name: str, namespace: str | None, *,
+             method: Callable[..., Any]) -> Mapping[str, Any] | None:
+        group, version, plural, ns = self._object_args(api_version, kind, namespace, method=method)
         try:
             if ns is not None:
                 response = _call(lambda: self._custom.get_namespaced_custom_object(
@@ -927,18 +1129,23 @@ class KubeClient:
             return None
         return dict(json.loads(self._body(response) or b"{}"))
 
-    @requires_kube("batch", "jobs", "get")
-    @requires_kube("karpenter.sh", "nodepools", "get")
-    @requires_kube("karpenter.azure.com", "aksnodeclasses", "get")
+    @requires_kube_kinds(READ_KINDS, "get")
     def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
-        return self._run(lambda: self._get(api_version, kind, name, namespace), what=f"get {kind} {name}")
+        return self._run(lambda: self._get(api_version, kind, name, namespace, method=KubeClient.get_object),
+                         what=f"get {kind} {name}")
 
-    @requires_kube("batch", "jobs", "delete")
-    @requires_kube("karpenter.sh", "nodepools", "delete")
-    @requires_kube("karpenter.azure.com", "aksnodeclasses", "delete")
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        group, version, plural, ns = self._object_args(api_version, kind, namespace)
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    @requires_kube_kinds(DELETE_KINDS, "delete")
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None:
+        """Delete a sample Job, or the NodePool/AKSNodeClass of a failed node auto-provisioning pool.
+
+        ``uid``: delete only the object with this uid (``DeleteOptions.preconditions``); an object that
+        took the name since it was read answers 409, which is raised as Conflict and deletes nothing.
+        """
+        group, version, plural, ns = self._object_args(api_version, kind, namespace, method=KubeClient.delete_object)
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
 
         def delete() -> None:
             if ns is not None:
@@ -954,3 +1161,44 @@ class KubeClient:
             self._run(delete, what=f"delete {kind} {name}")
         except NotFound:
             return
+
+    @requires_kube("karpenter.sh", "nodeclaims", "list", "delete")
+    def delete_nodeclaim(self, *, node_name: str, provider_id: str) -> str | None:
+        """Delete the Karpenter NodeClaim behind a node; its name, or None when no claim matches.
+
+        The claim is found by ``status.providerID`` (the node's ``spec.providerID``), else by
+        ``status.nodeName``. Deleting it is how a node auto-provisioning node is replaced: Karpenter's
+        termination controller (finalizer ``karpenter.sh/termination``) drains and deletes the node and
+        its VM, and provisions a new node when pods need one (kubernetes-sigs/karpenter
+        pkg/controllers/node/termination). Idempotent: a claim already being deleted is deleted again
+        harmlessly, and the delete carries the claim's uid as a precondition, so a new claim that took
+        the same name is never deleted by mistake.
+        """
+
+        def find() -> Mapping[str, Any] | None:
+            response = self._custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims",
+                                                               _preload_content=False, _request_timeout=_TIMEOUT)
+            items = json.loads(self._body(response) or b"{}").get("items") or []
+            by_name = None
+            for item in items:
+                status = item.get("status") or {}
+                if provider_id and status.get("providerID") == provider_id:
+                    return dict(item)
+                if node_name and status.get("nodeName") == node_name:
+                    by_name = dict(item)
+            return by_name
+
+        claim = self._run(find, what=f"find the NodeClaim of {node_name}")
+        if claim is None:
+            return None
+        meta = claim.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+                   "preconditions": {"uid": meta.get("uid")}}
+        try:
+            self._run(lambda: self._body(self._custom.delete_cluster_custom_object(
+                "karpenter.sh", "v1", "nodeclaims", name, body=options, _preload_content=False,
+                _request_timeout=_TIMEOUT)), what=f"delete NodeClaim {name}")
+        except NotFound:
+            return name  # already gone
+        return name

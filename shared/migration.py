@@ -31,18 +31,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from shared import migration_plan
-from shared.errors import Conflict, Invalid, NotFound, StewardError
+from shared import migration_plan, scope
+from shared.errors import Conflict, FeatureNotRegistered, Invalid, NotFound, QuotaExceeded, StewardError
 from shared.maintenance import window_open
 from shared.migration_plan import ACTIVE_STATES, KIND, TERMINAL_STATES, Plan, PlanItem
 from shared.migration_policy import MigrationPolicy
-from shared.pool_clone import TAG_MIGRATED_FROM, frozen_old_pool
-from shared.ports import KubePort, NodeView, PodView, PoolInfo, Record, Taint
+from shared.node_fate import going_away, is_shut_down
+from shared.pool_clone import TAG_AUTOSCALER, TAG_MIGRATED_FROM, frozen_old_pool
+from shared.ports import ClusterInfo, KubePort, NodeView, PodView, PoolInfo, Record, Taint
 
 if TYPE_CHECKING:
     from shared.context import Context
 
-__all__ = ["ACTIVE_STATES", "KIND", "TERMINAL_STATES", "advance", "observe_plan", "run_planner"]
+__all__ = ["ACTIVE_STATES", "KIND", "TERMINAL_STATES", "advance", "give_up", "observe_plan", "run_planner"]
 
 log = logging.getLogger("steward.migration")
 
@@ -92,7 +93,8 @@ def _node_event(kube: KubePort, node: NodeView | str, record: Record, reason: st
 
 
 def _is_quota(exc: Invalid) -> bool:
-    return (exc.code or "") in QUOTA_CODES or "quota" in str(exc.reason).lower()
+    """A refusal for want of vCPU quota, told by its type or Azure's code (never by message text)."""
+    return isinstance(exc, QuotaExceeded) or (exc.code or "") in QUOTA_CODES
 
 
 def _digitless(text: str) -> str:
@@ -173,7 +175,7 @@ def _progress(record: Record, **extra: Any) -> dict[str, Any]:
     batches = (total + batch - 1) // batch if total else 0
     current = min(batches, drained // batch + (1 if record.data.get("batch") else 0))
     return {"nodes_drained": drained, "nodes_total": total, "batch": current, "batches": batches,
-            "phase": record.data.get("phase", ""), **extra}
+            "nodes_lost": len(record.data.get("lost") or {}), "phase": record.data.get("phase", ""), **extra}
 
 
 # --------------------------------------------------------------------------- fit check (pure)
@@ -356,6 +358,7 @@ def record_for(item: PlanItem, *, now: float) -> Record:
             "node_count": item.node_count, "strategy": item.strategy, "strategy_reason": item.strategy_reason,
             "batch_size": item.batch_size, "family": item.family, "vcpus_per_node": item.vcpus_per_node,
             "gpus_per_node": item.gpus_per_node, "order": item.order, "body": item.body,
+            "quota": item.quota or item.family, "autoscaler": item.autoscaler,
             "drained": [], "removed": [], "batch": [], "phase": "drain"}
     return Record(kind=KIND, id=item.record_id, state="planned", data=data, next_at=now, created_at=now,
                   updated_at=now, history=[{"at": now, "state": "planned", "note": item.strategy_reason}])
@@ -407,7 +410,7 @@ def run_planner(ctx: Context, *, start: bool = True) -> Plan:
 
         report = ReconcileReport()
         for created in created_records:
-            advance_record(created, ctx, report=report, advance=advance, active=ACTIVE_STATES)
+            advance_record(created, ctx, report=report, advance=advance, active=ACTIVE_STATES, give_up=give_up)
         log.info("migrations started by the planner: %s", report.advanced or "none (another instance has them)")
     return plan
 
@@ -419,10 +422,21 @@ def _started_elsewhere(ctx: Context, record: Record) -> int:
     return sum(1 for r in ctx.ledger.list(KIND, states=sorted(ACTIVE_STATES - {"planned"})) if r.id != record.id)
 
 
-def _put_replacement(ctx: Context, record: Record, *, count: int) -> None:
+def _put_replacement(ctx: Context, record: Record, *, count: int, etag: str | None = None) -> None:
+    """PUT the recorded replacement body with ``count`` nodes; ``etag`` (the existing replacement's, as
+    read and verified) is sent as If-Match, so a pool changed since is not written (412 -> Conflict).
+    Without one the PUT creates the replacement and sends If-None-Match: * : a pool someone made under
+    that name since the read is never overwritten (412 -> Conflict; the next step finds it and refuses
+    it for want of the migrated-from tag)."""
     body = dict(record.data["body"])
     body["count"] = count
-    ctx.access.aks().begin_put_pool(str(record.data["cluster_id"]), str(record.data["replacement"]), {"properties": body})
+    ctx.access.aks().begin_put_pool(str(record.data["cluster_id"]), str(record.data["replacement"]), {"properties": body},
+                                    **(_if_match(etag) if etag else {"create_only": True}))
+
+
+def _if_match(etag: Any) -> dict[str, Any]:
+    """``etag=`` for shared.aks's writes when the pool read had one (If-Match), else nothing."""
+    return {"etag": str(etag)} if etag else {}
 
 
 def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
@@ -438,10 +452,17 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
     if old is None:
         return _finish(ctx, record, "blocked", now=now, note=f"the old pool {pool} no longer exists", event="Blocked",
                        reason=f"the old pool {pool} no longer exists")
-    if old.management_mode == "Managed":
-        return _finish(ctx, record, "done", now=now, note="the pool is already managed: nothing to do", event="Completed")
     if old.provisioning_state != "Succeeded":
         return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
+    # What is created is the managed clone of the pool ARM shows, at most its size: never a body the row made up.
+    unlike = migration_plan.body_problems(old, record)
+    wanted = int(record.data["body"].get("count") or 0)
+    if not unlike and wanted > migration_plan.count_bound(old):
+        bound = migration_plan.count_bound(old)
+        unlike = f"the recorded replacement has {wanted} nodes; {pool} has {old.count} (at most {bound})"
+    if unlike:
+        reason = f"nothing is created: {unlike}"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     existing = aks.get_pool(cluster_id, new)
     if existing is not None and (existing.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) != pool:
         reason = f"a pool named {new} exists and was not created by this migration"
@@ -456,6 +477,12 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
         if problems:
             reason = "the old pool's pods would not fit the replacement: " + "; ".join(problems[:5])
             return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        # A pod the drain would refuse (no controller, emptyDir under "refuse", two PDBs) would block the
+        # migration at its first batch with both pools billed: say so before a GPU is bought.
+        refusal = drain_preflight(ctx, record, [n.name for n in old_nodes], now=now, policy=policy)
+        if refusal:
+            reason = "drain refused before evicting anything (checked before creating the replacement): " + refusal
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     strategy = str(record.data["strategy"])
     full = int(record.data["body"].get("count") or 0)
     batch = int(record.data["batch_size"])
@@ -467,6 +494,11 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
         except Invalid as exc:
             if not _is_quota(exc) or strategy != "surge":
                 reason = f"creating the replacement was refused: {exc.reason}"
+                if isinstance(exc, FeatureNotRegistered):  # the owner must register it: say how
+                    from shared.pool_creation import feature_registration_help
+
+                    reason = "creating the replacement was refused: " + feature_registration_help(
+                        exc, subscription=cluster_id.split("/")[2])
                 return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
             strategy, count = "rolling", min(full, batch)
             switched = {"strategy": "rolling", "strategy_switched": f"surge refused by quota ({exc.reason}); switched to rolling"}
@@ -562,7 +594,13 @@ def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationP
         return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
     if old.properties.get("enableAutoScaling"):
         # Freeze the old pool's autoscaler so it neither adds nodes for evicted pods nor fights deletions.
-        aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(old, enable_autoscaling=False)})
+        # If-Match: written only over the version just read (and verified by _refusal): else 412, look again.
+        try:
+            aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(old, enable_autoscaling=False)},
+                               **_if_match(old.properties.get("eTag")))
+        except Conflict as exc:
+            return _wait(record, now=now, until=now + policy.poll_interval_s,
+                         why=f"{pool} was not written ({type(exc).__name__}: {exc}): looking again")
         frozen = {"min": old.properties.get("minCount"), "max": old.properties.get("maxCount")}
         return _wait(msgspec.structs.replace(record, data={**record.data, "autoscaler_was": frozen}),
                      now=now, until=now + policy.poll_interval_s, why="turning the old pool's autoscaler off")
@@ -577,39 +615,71 @@ def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationP
     return moved
 
 
-def _drain_policy(policy: MigrationPolicy) -> Any:
+def _drain_policy(policy: MigrationPolicy, base: Any = None) -> Any:
+    """The drain rules of a migration: the pod rules and DRAIN_* bounds of the remediation settings
+    (REMEDIATION_EMPTY_DIR / REMEDIATION_UNMANAGED_PODS, DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S,
+    DRAIN_PDB_BLOCKED_TIMEOUT_S), with the migration's own deadline and pace."""
     from shared.remediation_policy import RemediationPolicy
 
+    base = base if isinstance(base, RemediationPolicy) else RemediationPolicy()
     # A PDB's 429 carries no Retry-After; the budget frees up when a replacement pod turns Ready, which
     # the next poll can see, so a refused eviction is asked again at the poll interval (at most 5 s).
     poll = min(policy.poll_interval_s, 20)
-    return RemediationPolicy(drain_timeout_s=policy.drain_timeout_s, empty_dir="evict", unmanaged_pods="refuse",
-                             eviction_retry_s=min(5.0, poll), poll_s=poll)
+    return RemediationPolicy(drain_timeout_s=policy.drain_timeout_s, empty_dir=base.empty_dir,
+                             unmanaged_pods=base.unmanaged_pods, eviction_retry_s=min(5.0, poll), poll_s=poll,
+                             skip_wait_for_delete_timeout_s=base.skip_wait_for_delete_timeout_s,
+                             pdb_blocked_timeout_s=min(base.pdb_blocked_timeout_s, policy.drain_timeout_s))
+
+
+def drain_preflight(ctx: Context, record: Record, nodes: Sequence[str], *, now: float,
+                    policy: MigrationPolicy) -> str:
+    """kubectl ``GetPodsForDeletion`` over every old node still to drain, before the next batch is
+    disrupted: the refusal (which pod, which rule, which setting) or "" when every node can be drained."""
+    from shared import drain
+
+    kube = ctx.access.kube(str(record.data["cluster_id"]))
+    dpolicy = _drain_policy(policy, ctx.settings.remediation)
+    pdbs = drain.fetch_pdbs(kube)
+    names = list(nodes)
+    refusals = []
+    for name, pods in zip(names, _concurrently(lambda n: kube.list_pods(node_name=n), names), strict=True):
+        plan = drain.plan_drain([p for p in pods if p.node_name in ("", name)], dpolicy, now=now, pdbs=pdbs)
+        if plan.refused:
+            refusals.append(f"{name}: {plan.refused_pods(limit=3)}")
+    return "; ".join(refusals[:3])
 
 
 def drain_nodes(ctx: Context, record: Record, nodes: Sequence[str], *, now: float,
                 policy: MigrationPolicy) -> tuple[dict[str, Any], str, float, list[str]]:
     """One drain step over ``nodes`` with shared.drain (Eviction API only).
 
-    Returns (drain states by node, outcome "drained" | "timed_out" | "", wake-up time, messages).
+    Returns (drain states by node, outcome, wake-up time, messages). The outcome is "drained" when
+    every node is, else the first of "refused" (a pod fails a filter: nothing in the batch is
+    evicted), "stalled" (a PDB kept refusing for DRAIN_PDB_BLOCKED_TIMEOUT_S), "timed_out", or "".
+    The reasons of refused / stalled / timed-out nodes come first in the messages.
     """
     from shared import drain
 
     kube = ctx.access.kube(str(record.data["cluster_id"]))
-    dpolicy = _drain_policy(policy)
+    dpolicy = _drain_policy(policy, ctx.settings.remediation)
     states: dict[str, Any] = dict(record.data.get("drain") or {})
     outcomes: list[str] = []
     wakes: list[float] = []
     messages: list[str] = []
     names = list(nodes)
     listed = _concurrently(lambda n: kube.list_pods(node_name=n), names)
+    previous_states = {n: drain.DrainState.from_data(states.get(n)) for n in names}
+    need_pdbs = any(p.started_at is None or p.blocked for p in previous_states.values())
+    pdbs = drain.fetch_pdbs(kube) if need_pdbs else None
     stepped: dict[str, tuple[Any, Any, list[Any]]] = {}
     todo: list[tuple[str, Any]] = []
     for name, pods in zip(names, listed, strict=True):
-        previous = drain.DrainState.from_data(states.get(name))
-        state, actions = drain.drain_step(node=name, pods=pods, previous=previous, now=now, policy=dpolicy)
+        previous = previous_states[name]
+        state, actions = drain.drain_step(node=name, pods=pods, previous=previous, now=now, policy=dpolicy, pdbs=pdbs)
         stepped[name] = (previous, state, pods)
         todo += [(name, a) for a in actions]
+    if any(st.outcome in (drain.REFUSED, drain.STALLED) for _, st, _ in stepped.values()):
+        todo = []  # the batch stops as a whole: nothing more is disrupted for a migration that blocks
     # The batch's evictions all go out together, longest grace period first across the batch.
     graces = {p.uid: 30 if p.grace_period_seconds is None else p.grace_period_seconds
               for _, _, pods in stepped.values() for p in pods}
@@ -627,25 +697,63 @@ def drain_nodes(ctx: Context, record: Record, nodes: Sequence[str], *, now: floa
     started = [n for n in names if sent.get(n) and stepped[n][0].started_at is None]
     _concurrently(lambda n: _node_event(kube, n, record, "MigrationDraining",
                                         f"evicting {sent[n]} pods (Eviction API, PDBs respected)"), started)
+    stopped = [n for n in names if stepped[n][1].outcome in (drain.REFUSED, drain.STALLED)
+               and stepped[n][0].outcome != stepped[n][1].outcome]
+    _concurrently(lambda n: _node_event(kube, n, record, "MigrationDrainRefused" if stepped[n][1].outcome == drain.REFUSED
+                                        else "MigrationDrainBlocked", stepped[n][1].reason), stopped)
+    reasons: list[str] = []
     for name in names:
         state = stepped[name][1]
         states[name] = state.to_data()
         outcomes.append(state.outcome)
         if state.wake_at is not None:
             wakes.append(state.wake_at)
-        messages += [f"{k}: {v}" for k, v in state.messages.items()]
-    if outcomes and all(o == "drained" for o in outcomes):
-        outcome = "drained"
-    elif any(o == "timed_out" for o in outcomes):
-        outcome = "timed_out"
+        if state.reason:
+            reasons.append(f"{name}: {state.reason}")
+        messages += [f"{k}: {v}" for k, v in state.messages.items() if k != "_deadline"]
+    messages = reasons + messages
+    if outcomes and all(o == drain.DRAINED for o in outcomes):
+        outcome = drain.DRAINED
     else:
-        outcome = ""
+        outcome = next((o for o in (drain.REFUSED, drain.STALLED, drain.TIMED_OUT) if o in outcomes), "")
     return states, outcome, min(wakes) if wakes else now + policy.poll_interval_s, messages
+
+
+def _leave_out_departing(ctx: Context, record: Record, old_nodes: Sequence[NodeView], *,
+                         now: float) -> tuple[Record, list[NodeView]]:
+    """Old nodes the platform is taking away (a spot eviction, shared.node_fate) leave the migration.
+
+    They are not drained (AKS drains a preempted node itself, and a stopped VM runs nothing), not
+    waited for, and not counted in the capacity floor: their loss is Azure's, not this migration's.
+    Each is recorded once in ``lost`` with the reason, in the history and as a ``Step`` event.
+    """
+    departing = {n.name: why for n in old_nodes if (why := going_away(n))}
+    lost = dict(record.data.get("lost") or {})
+    new = {name: why for name, why in departing.items() if name not in lost}
+    if new:
+        lost.update(new)
+        batch = [n for n in record.data.get("batch") or [] if n not in new]
+        states = {k: v for k, v in (record.data.get("drain") or {}).items() if k not in new}
+        note = "; ".join(f"{name} left out: {why}" for name, why in sorted(new.items()))
+        record = record.moved(record.state, at=now, note=note, lost=lost, batch=batch, drain=states,
+                              waiting=str(record.data.get("waiting") or ""))
+        record = msgspec.structs.replace(record, next_at=now)
+        _publish(ctx, record, "Step", previous=record.state, note=note)
+    return record, [n for n in old_nodes if n.name not in departing]
+
+
+def _lost_count(record: Record) -> int:
+    return len(record.data.get("lost") or {})
 
 
 def _capacity_ok(ctx: Context, record: Record, batch: Sequence[str], *, old_nodes: Sequence[NodeView],
                  policy: MigrationPolicy) -> tuple[bool, str]:
-    """Surge only: GPUs on Ready nodes (replacement + undrained old) minus the batch stay above the floor."""
+    """Surge only: GPUs on Ready nodes (replacement + undrained old) minus the batch stay above the floor.
+
+    The floor is a share of the old pool's GPUs less those of nodes the platform took away (spot
+    evictions) from either pool: that loss is not this migration's, and counting it would hold the
+    drain for ever (AKS does not bring an evicted spot node back by itself).
+    """
     from shared.stack import gpu_resources
 
     if record.data.get("strategy") != "surge" or policy.capacity_floor_pct <= 0:
@@ -657,8 +765,11 @@ def _capacity_ok(ctx: Context, record: Record, batch: Sequence[str], *, old_node
         return sum(gpu_resources(n).values()) if n.ready else 0
 
     per_node = int(record.data.get("gpus_per_node") or 0)
-    baseline = per_node * int(record.data.get("nodes_total") or len(old_nodes))
-    new_gpus = sum(gpus(n) for n in _pool_nodes(kube, str(record.data["replacement"])))
+    new_nodes = [n for n in _pool_nodes(kube, str(record.data["replacement"])) if not going_away(n)]
+    # A surge replacement has every node from the start: one missing or going away was taken by Azure.
+    new_lost = max(0, int(record.data.get("replacement_count") or 0) - len(new_nodes))
+    baseline = per_node * max(0, int(record.data.get("nodes_total") or len(old_nodes)) - _lost_count(record) - new_lost)
+    new_gpus = sum(gpus(n) for n in new_nodes)
     old_gpus = sum(gpus(n) for n in old_nodes if n.name not in drained and n.name not in batch)
     floor = baseline * policy.capacity_floor_pct / 100.0
     if new_gpus + old_gpus >= floor:
@@ -670,6 +781,7 @@ def _drain_phase(ctx: Context, record: Record, now: float, policy: MigrationPoli
     kube = ctx.access.kube(str(record.data["cluster_id"]))
     pool = str(record.data["pool"])
     old_nodes = _pool_nodes(kube, pool)
+    record, old_nodes = _leave_out_departing(ctx, record, old_nodes, now=now)
     present = {n.name for n in old_nodes}
     drained = [n for n in record.data.get("drained") or []]
     batch = [n for n in record.data.get("batch") or [] if n in present]
@@ -689,12 +801,22 @@ def _drain_phase(ctx: Context, record: Record, now: float, policy: MigrationPoli
         ok, why = _capacity_ok(ctx, record, batch, old_nodes=old_nodes, policy=policy)
         if not ok:
             return _wait(record, now=now, until=now + policy.poll_interval_s, why=why)
+        # Decide before disrupting: before the first batch, every old node is checked (once: each later
+        # batch's drain step still refuses its own nodes before evicting anything).
+        refusal = "" if drained else drain_preflight(ctx, record, remaining, now=now, policy=policy)
+        if refusal:  # no node of the pool is drained when one of them cannot be
+            reason = "drain refused before evicting anything: " + refusal
+            kept = msgspec.structs.replace(record, data={**record.data, "cordoned": sorted(set(cordoned))})
+            return _finish(ctx, kept, "blocked", now=now, note=reason, event="Blocked", reason=reason)
         record = msgspec.structs.replace(record, data={**record.data, "batch": batch, "drain": {},
                                                        "cordoned": sorted(set(cordoned))})
     states, outcome, wake, messages = drain_nodes(ctx, record, batch, now=now, policy=policy)
     data = {**record.data, "drain": states}
-    if outcome == "timed_out":
-        reason = "drain stalled past MIGRATION_DRAIN_TIMEOUT_S: " + "; ".join(messages[:5])
+    if outcome in ("timed_out", "stalled", "refused"):
+        lead = {"timed_out": "drain stalled past MIGRATION_DRAIN_TIMEOUT_S: ",
+                "stalled": "drain stalled on a PodDisruptionBudget (DRAIN_PDB_BLOCKED_TIMEOUT_S): ",
+                "refused": "drain refused before evicting anything: "}[outcome]
+        reason = lead + "; ".join(messages[:5])
         return _finish(ctx, msgspec.structs.replace(record, data=data), "blocked", now=now, note=reason,
                        event="Blocked", reason=reason)
     if outcome != "drained":
@@ -732,7 +854,20 @@ def _shrink_phase(ctx: Context, record: Record, now: float, policy: MigrationPol
                     "phase": "drain", "shrinking": []}
             return _move(ctx, record, "draining", now=now, note=f"workload pods back on {', '.join(busy)}: draining again",
                          **data)
-        aks.begin_delete_machines(cluster_id, pool, present)
+        # deleteMachines takes no If-Match: AgentPools_DeleteMachines declares no such header, where
+        # AgentPools_Delete declares ``if-match`` (Azure/azure-rest-api-specs specification/containerservice/
+        # resource-manager/Microsoft.ContainerService/aks/stable/2025-10-01/managedClusters.json; the SDK's
+        # build_agent_pools_delete_machines_request sends none either). So the pool and its machines are
+        # read again right before the call, and the pool must still be the one this migration drains.
+        again = aks.get_pool(cluster_id, pool)
+        refusal = "it no longer exists" if again is None else _pool_refusal(record, again)
+        if refusal:
+            reason = f"no machine of {pool} is deleted: {refusal}"
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        still = {m.name for m in aks.list_machines(cluster_id, pool)}
+        present = [n for n in present if n in still]
+        if present:
+            aks.begin_delete_machines(cluster_id, pool, present)
         record = msgspec.structs.replace(record, data={**record.data, "shrink_sent": True})
     return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting machines {', '.join(present)}")
 
@@ -755,12 +890,18 @@ def _grow_phase(ctx: Context, record: Record, now: float, policy: MigrationPolic
             reason = f"the replacement stayed {new.provisioning_state} while growing to {target} nodes"
             return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
         return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"{name} is {new.provisioning_state}")
+    # The row's counts are claims too: one grow adds at most one batch (the record's, never more than
+    # MIGRATION_BATCH_SIZE) to what ARM shows, and grows happen only between drained batches of the old pool.
+    target = min(target, new.count + max(1, min(int(record.data["batch_size"]), policy.batch_size)))
     if new.count < target:
         waiting = _window(ctx, record, now=now, policy=policy)
         if waiting is not None:
             return waiting
         try:
-            _put_replacement(ctx, record, count=target)
+            _put_replacement(ctx, record, count=target, etag=new.properties.get("eTag"))
+        except Conflict as exc:
+            return _wait(record, now=now, until=now + policy.poll_interval_s,
+                         why=f"{name} was not written ({type(exc).__name__}: {exc}): looking again")
         except Invalid as exc:
             reason = f"growing the replacement to {target} nodes was refused: {exc.reason}"
             return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
@@ -797,6 +938,117 @@ def _step_draining(ctx: Context, record: Record, now: float, policy: MigrationPo
     return record
 
 
+def _size_of(vm_size: str) -> Any:
+    from shared import gpu_sizes
+
+    return gpu_sizes.lookup(vm_size)
+
+
+def _pool_refusal(record: Record, old: PoolInfo) -> str:
+    """Why ARM says ``old`` is not a pool this migration may act on ("" = it may). Pure (over the read).
+
+    The planner's own rules (:func:`shared.migration_plan.pool_ineligibility`: an unmanaged NVIDIA
+    Linux User pool, not MIG), and the size the record was planned for."""
+    found = migration_plan.pool_ineligibility(old, size=_size_of(old.vm_size))
+    if found is not None:
+        return found[1]
+    wanted = str(record.data.get("vm_size") or "")
+    if not wanted or old.vm_size.lower() != wanted.lower():
+        return f"{old.name} is {old.vm_size or 'of no size'}, not the recorded {wanted or '(none)'}"
+    return ""
+
+
+def _replacement_refusal(record: Record, new: PoolInfo) -> str:
+    """Why ARM says ``new`` is not this migration's replacement ("" = it is). Pure (over the read)."""
+    pool, name = str(record.data.get("pool") or ""), new.name
+    if str((new.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) or "") != pool:
+        return f"{name} does not carry {TAG_MIGRATED_FROM}={pool}: it was not created by a migration of {pool}"
+    if new.management_mode != "Managed":
+        return f"the replacement {name} is not managed"
+    wanted = str(record.data.get("vm_size") or "")
+    if new.vm_size.lower() != wanted.lower():
+        return f"the replacement {name} is {new.vm_size}, not {wanted or '(none)'}"
+    return ""
+
+
+def _autoscaler_refusal(was: Mapping[str, Any], new: PoolInfo | None, name: str) -> str:
+    """Why the recorded autoscaler bounds ``was`` are not restored ("" = they are those the replacement,
+    tagged by this app when it cloned the old pool, remembers in ``TAG_AUTOSCALER``). Pure."""
+    bounds = f"{was.get('min', '')}-{was.get('max', '')}"
+    if new is None:
+        return f"the replacement {name}, which remembers the old bounds, is gone: restore {bounds} by hand if right"
+    tagged = str((new.properties.get("tags") or {}).get(TAG_AUTOSCALER) or "")
+    if tagged != bounds:
+        return f"the recorded bounds {bounds} are not the ones {name} was tagged with ({tagged or 'none'})"
+    return ""
+
+
+def _refusal(ctx: Context, record: Record, cluster: ClusterInfo | None) -> str:
+    """Why this record may not take its next step, from ARM's truth ("" = it may). Read before any write.
+
+    A ledger row is only a claim (whoever can write the table can write any row): before a step of
+    any state writes, the row must agree with itself (:func:`shared.migration_plan.record_problems`),
+    its cluster must be in the fleet's scope, its old pool (when it exists) must be one the planner
+    would migrate, of the recorded size, and its replacement (when it exists, after ``planned``) must
+    be the managed pool of that size this app created for that old pool.
+    """
+    problem = migration_plan.record_problems(record)
+    if problem:
+        return problem
+    if cluster is None:
+        return f"the cluster {record.data.get('cluster_id')} does not exist in ARM"
+    inside, why = scope.cluster_in_scope(cluster, ctx.settings)
+    if not inside:
+        return f"the cluster {cluster.name} is out of the fleet's scope: {why}"
+    aks, cluster_id = ctx.access.aks(), str(record.data["cluster_id"])
+    old = aks.get_pool(cluster_id, str(record.data["pool"]))
+    if old is not None:
+        problem = _pool_refusal(record, old)  # a managed pool included: AKS never turns a pool managed in place
+        if problem:
+            return problem
+    if record.state != "planned":
+        new = aks.get_pool(cluster_id, str(record.data["replacement"]))
+        if new is not None:
+            return _replacement_refusal(record, new)
+    return ""
+
+
+def _old_pool_refusal(record: Record, old: PoolInfo, new: PoolInfo | None) -> str:
+    """Why ARM says ``old`` is not the pool this migration may delete ("" = it is). Pure.
+
+    The record alone is not enough (a forged or corrupted ledger row could name any pool): the old
+    pool must still be the unmanaged User pool of the recorded size, and its managed replacement,
+    of the same size, must exist carrying ``TAG_MIGRATED_FROM=<old>`` (the tag only this app sets,
+    shared.pool_clone)."""
+    pool, name = old.name, str(record.data.get("replacement") or "")
+    wanted = str(record.data.get("vm_size") or "")
+    if old.management_mode == "Managed":
+        return f"{pool} has a managed GPU profile: it is not the unmanaged pool this migration replaces"
+    if str(old.properties.get("mode") or "User") != "User":
+        return f"{pool} is a {old.properties.get('mode')} pool, not a User pool"
+    if not wanted or old.vm_size.lower() != wanted.lower():
+        return f"{pool} is {old.vm_size or 'of no size'}, not the recorded {wanted or '(none)'}"
+    if new is None:
+        return f"the replacement {name or '(none recorded)'} does not exist: {pool} is not deleted without it"
+    if str((new.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) or "") != pool:
+        return f"{name} does not carry {TAG_MIGRATED_FROM}={pool}: it was not created by a migration of {pool}"
+    if new.management_mode != "Managed":
+        return f"the replacement {name} is not managed"
+    if new.vm_size.lower() != old.vm_size.lower():
+        return f"the replacement {name} is {new.vm_size}, not {old.vm_size}"
+    return ""
+
+
+def _replacement_serves(kube: KubePort, new: PoolInfo) -> str:
+    """Why the replacement is not (yet) fit to take over ("" = it is): Succeeded, with Ready nodes."""
+    if new.provisioning_state != "Succeeded":
+        return f"the replacement {new.name} is {new.provisioning_state}"
+    ready = sum(1 for n in _pool_nodes(kube, new.name) if n.ready)
+    if ready < min(1, new.count):
+        return f"the replacement {new.name} has no Ready node"
+    return ""
+
+
 def _step_deleting(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
     aks, cluster_id, pool = ctx.access.aks(), str(record.data["cluster_id"]), str(record.data["pool"])
     old = aks.get_pool(cluster_id, pool)
@@ -805,19 +1057,38 @@ def _step_deleting(ctx: Context, record: Record, now: float, policy: MigrationPo
                        event="Completed", progress=_progress(record))
     if record.data.get("delete_sent") and old.provisioning_state == "Deleting":
         return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"{pool} is Deleting")
+    # Trust ARM, not the row: the pool to delete is derived from what ARM shows, before anything is touched.
+    new = aks.get_pool(cluster_id, str(record.data.get("replacement") or "")) if record.data.get("replacement") else None
+    refusal = _old_pool_refusal(record, old, new)
+    if refusal:
+        reason = f"{pool} is not deleted: {refusal}"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     waiting = _window(ctx, record, now=now, policy=policy)
     if waiting is not None:
         return waiting
     kube = ctx.access.kube(cluster_id)
+    unfit = _replacement_serves(kube, new) if new is not None else "no replacement"
+    if unfit:
+        return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"{unfit}: {pool} is kept until it serves")
     nodes = _pool_nodes(kube, pool)
-    names = [n.name for n in nodes]
+    # A node whose VM is stopped (a spot eviction with the Deallocate policy) runs nothing, whatever
+    # pods the API still binds to it; one under a Preempt notice is about to go: wait for it, never
+    # drain it again (AKS is draining it).
+    names = [n.name for n in nodes if not is_shut_down(n)]
+    leaving = {n.name for n in nodes if going_away(n) and not is_shut_down(n)}
     busy = [n for n, pods in zip(names, _concurrently(lambda n: _workload_pods(kube, n), names), strict=True) if pods]
+    if busy and set(busy) <= leaving:
+        return _wait(record, now=now, until=now + policy.poll_interval_s,
+                     why=f"waiting for Azure to take back {', '.join(busy)} (spot eviction) before deleting {pool}")
+    busy = [n for n in busy if n not in leaving]
     if busy:  # re-checked right before the DELETE: never delete a pool that still runs workload pods
         data = {**record.data, "drained": [n for n in record.data.get("drained") or [] if n not in busy],
                 "phase": "drain", "batch": []}
         return _move(ctx, msgspec.structs.replace(record, data=data), "draining", now=now,
                      note=f"workload pods still on {', '.join(busy)}: draining again")
-    aks.begin_delete_pool(cluster_id, pool)
+    # If-Match: deleted only if the pool is still the version read and verified above (412 -> Conflict: look again).
+    etag = old.properties.get("eTag")
+    aks.begin_delete_pool(cluster_id, pool, **({"etag": str(etag)} if etag else {}))
     record = msgspec.structs.replace(record, data={**record.data, "delete_sent": True})
     return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting {pool}")
 
@@ -833,18 +1104,30 @@ def _step_rolling_back(ctx: Context, record: Record, now: float, policy: Migrati
             _node_event(kube, node, record, "MigrationUncordoned", "migration rolled back: node serves again")
     was = record.data.get("autoscaler_was")
     old = aks.get_pool(cluster_id, pool)
-    if was and old is not None and not old.properties.get("enableAutoScaling") and old.provisioning_state == "Succeeded":
-        aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(
-            old, enable_autoscaling=True, min_count=was.get("min"), max_count=was.get("max"))})
-        record = msgspec.structs.replace(record, data={**record.data, "autoscaler_was": None})
     new = aks.get_pool(cluster_id, name)
+    if was and old is not None and not old.properties.get("enableAutoScaling") and old.provisioning_state == "Succeeded":
+        # On the very read whose eTag conditions the PUT; and the bounds restored are the ones the
+        # replacement was tagged with when it was cloned (TAG_AUTOSCALER), never a row's say-so alone.
+        refusal = _pool_refusal(record, old) or _autoscaler_refusal(was, new, name)
+        if refusal:
+            reason = f"{pool}'s autoscaler is not restored: {refusal}"
+            return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+        try:
+            aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(
+                old, enable_autoscaling=True, min_count=was.get("min"), max_count=was.get("max"))},
+                **_if_match(old.properties.get("eTag")))
+        except Conflict as exc:
+            return _wait(record, now=now, until=now + policy.poll_interval_s,
+                         why=f"{pool} was not written ({type(exc).__name__}: {exc}): looking again")
+        record = msgspec.structs.replace(record, data={**record.data, "autoscaler_was": None})
     final = str(record.data.get("final") or "rolled_back")
     if new is None:
         event = "Blocked" if final == "blocked" else "RolledBack"
         return _finish(ctx, record, final, now=now, note=f"{name} removed; {pool} serves again", event=event,
                        reason=record.data.get("reason"), uncordoned=True)
-    if (new.properties.get("tags") or {}).get(TAG_MIGRATED_FROM) != pool:
-        reason = f"{name} was not created by this migration: not deleted"
+    refusal = _replacement_refusal(record, new)
+    if refusal:
+        reason = f"{name} is not deleted: {refusal}"
         return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     new_nodes = _pool_nodes(kube, name)
     for node in new_nodes:  # nothing new may land on the replacement from now on (pods being recreated included)
@@ -859,7 +1142,13 @@ def _step_rolling_back(ctx: Context, record: Record, now: float, policy: Migrati
         return _wait(record, now=now, until=max(now, wake), why="moving pods back off the replacement: "
                      + ("; ".join(messages[:2]) or ", ".join(busy)))
     if not record.data.get("delete_sent") or new.provisioning_state != "Deleting":
-        aks.begin_delete_pool(cluster_id, name)
+        # If-Match: the replacement is deleted only if it is still the version read and verified above
+        # (tagged by this migration, managed, empty); a 412 means it changed since: look again next poll.
+        try:
+            aks.begin_delete_pool(cluster_id, name, **_if_match(new.properties.get("eTag")))
+        except Conflict as exc:
+            return _wait(record, now=now, until=now + policy.poll_interval_s,
+                         why=f"{name} was not written ({type(exc).__name__}: {exc}): looking again")
         record = msgspec.structs.replace(record, data={**record.data, "delete_sent": True})
     return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting the replacement {name}")
 
@@ -875,6 +1164,42 @@ _STEPS = {
 }
 
 
+def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
+    """The reconciler's hook for a step that failed permanently too many times in a row: ``blocked``.
+
+    The migration stops where it is (nodes it cordoned stay cordoned, nothing is deleted) and says
+    why, in the record (``reason``, shown by ``fleetctl status``) and in a ``Blocked`` event, so an
+    operator fixes the cause and removes the record to try again.
+    """
+    if record.state in TERMINAL_STATES:
+        return record
+    now = ctx.clock.now()
+    return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
+
+
+def _read_cluster(ctx: Context, record: Record) -> ClusterInfo | None:
+    """The record's cluster as ARM describes it now (None: ARM has no such cluster)."""
+    try:
+        return ctx.access.aks().get_cluster(str(record.data.get("cluster_id") or ""))
+    except NotFound:
+        return None
+    except Invalid:  # a cluster id that is not one (a malformed row): the row's checks say so
+        return None
+
+
+def _cluster_pause(ctx: Context, record: Record, *, now: float, cluster: ClusterInfo | None) -> Record | None:
+    """A held copy when the cluster carries ``gpu-fleet-steward/paused=true`` (read from ARM at every step),
+    else None. The migration stays where it is (cordons stay, nothing is created, drained or deleted)
+    and says so: in the record's ``waiting`` and history, and once per pause in a ``Step`` event."""
+    why = scope.paused_reason(cluster.tags) if cluster is not None else ""
+    if not why:
+        return None
+    note = f"held where it is: {why}"
+    if record.data.get("waiting") != note:
+        _publish(ctx, record, "Step", previous=record.state, note=note)
+    return _wait(record, now=now, until=now + PAUSE_RECHECK_S, why=note)
+
+
 def advance(record: Record, ctx: Context) -> Record:
     """One short, idempotent step of a migration; returns the record to save (the reconciler saves it)."""
     if record.state in TERMINAL_STATES:
@@ -883,8 +1208,16 @@ def advance(record: Record, ctx: Context) -> Record:
     policy = _policy(ctx)
     if getattr(ctx.settings, "paused", False):
         return _wait(record, now=now, until=now + PAUSE_RECHECK_S, why="STEWARD_PAUSED: no writes")
+    cluster = _read_cluster(ctx, record)
+    held = _cluster_pause(ctx, record, now=now, cluster=cluster)
+    if held is not None:
+        return held
     step = _STEPS.get(record.state)
     if step is None:
         raise Invalid(f"migration {record.id} is in an unknown state {record.state!r}")
+    refusal = _refusal(ctx, record, cluster)
+    if refusal:  # nothing is created, cordoned, drained, scaled or deleted for a row ARM contradicts
+        reason = f"stopped before any write: {refusal}"
+        return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     return step(ctx, record, now, policy)
 

@@ -70,6 +70,8 @@ class MigrationPolicy:
     - ``poll_interval_s`` (MIGRATION_POLL_INTERVAL_S, default 15): how soon a waiting step looks again.
     - ``gpu_vcpu_headroom`` (MIGRATION_GPU_VCPU_HEADROOM, ``location:family=vcpus,...``): free vCPU
       quota per (location, quota family). AKS has no quota API in this app, so unknown = rolling.
+      Spot pools count against the region's low-priority quota, not their family's: give it as
+      ``location:lowPriorityCores=vcpus`` (https://learn.microsoft.com/azure/virtual-machines/spot-vms#quota).
     """
 
     enabled: bool = False

@@ -112,24 +112,49 @@ def clone_for_managed(old: PoolInfo, *, new_name: str, count: int | None = None)
     return body
 
 
+# What a write to an *existing* pool leaves out of the pool's own GET body: state and values ARM
+# owns. ``nodeImageVersion`` is writable since 2026-08-01 but writing it rolls the pool back to that
+# image (aks-api.md §4), and leaving it out keeps the current one. Everything else is sent back as
+# read, known to this app or not: the PUT is create-or-replace, and a field left out is reset
+# (Azure/azure-resource-manager-rpc v1.0/version-change.md, "the GET-PUT pipeline").
+NOT_WRITTEN_BACK: frozenset[str] = frozenset({
+    "provisioningState", "currentOrchestratorVersion", "eTag", "nodeImageVersion", "status",
+    "virtualMachineNodesStatus",
+})
+
+
+def update_properties(old: PoolInfo, **changes: Any) -> dict[str, Any]:
+    """The properties of a PUT that changes only ``changes`` of the existing pool ``old``.
+
+    ``old`` must be the pool as read on the api-version that shows all its fields (shared.aks reads
+    pools on the preview one); the caller sends it back on the same (AksClient.begin_put_pool picks
+    the preview api-version when the body carries a preview-only field). A change whose value is
+    ``None`` removes the field.
+    """
+    body = {k: _copy(v) for k, v in old.properties.items() if k not in NOT_WRITTEN_BACK and v is not None}
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = _copy(value)
+    return body
+
+
 def frozen_old_pool(old: PoolInfo, *, enable_autoscaling: bool, min_count: int | None = None,
                     max_count: int | None = None) -> dict[str, Any]:
     """The old pool's own body with its autoscaler switched off (or back on), for a PUT.
 
     The migration stops the autoscaler on the old pool while it drains it, so that it neither adds
     old nodes for pending pods nor fights the rolling strategy's machine deletions. Everything else
-    is the old pool's own configuration (including its immutable GPU fields), so the PUT changes
-    nothing but the scaling.
+    is the old pool's own GET body (:func:`update_properties`: every field, known to this module or
+    not, its immutable GPU fields included), so the PUT changes nothing but the scaling. Turning the
+    autoscaler off also clears its bounds, as ``az aks nodepool update --disable-cluster-autoscaler``
+    does; ``count`` stays what runs now.
     """
-    props = old.properties
-    body: dict[str, Any] = {k: _copy(v) for k, v in props.items()
-                            if k in COPIED or k in ("gpuProfile", "gpuInstanceProfile")}
-    body["count"] = int(props.get("count") or 0)
-    body["enableAutoScaling"] = enable_autoscaling
+    count = int(old.properties.get("count") or 0)
     if enable_autoscaling:
-        body["minCount"] = min_count
-        body["maxCount"] = max_count
-    return body
+        return update_properties(old, count=count, enableAutoScaling=True, minCount=min_count, maxCount=max_count)
+    return update_properties(old, count=count, enableAutoScaling=False, minCount=None, maxCount=None)
 
 
 def clone_differences(old: PoolInfo, body: Mapping[str, Any]) -> dict[str, str]:

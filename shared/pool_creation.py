@@ -15,6 +15,13 @@ the pool is re-read and recognised by the steward's request-id tag before anythi
 On clusters with node auto-provisioning the "pool" is a Karpenter NodePool + AKSNodeClass
 (shared.nap) applied through the Kubernetes API instead of an AgentPool PUT.
 
+A pool this request created whose provisioning fails, or whose validation (stack check, sample job)
+fails or times out, is not left billing: it is deleted, or scaled to zero, as
+POOL_REQUEST_FAILED_POOL_ACTION says (default ``delete``), unless workload pods already run on it;
+the failed outcome's ``cleanup`` says which. Azure's refusals are told apart by error type
+(shared.errors, chosen by the adapter from ARM's codes), never by message text; a preview feature
+that the subscription has not registered fails the request with the registration commands.
+
 Outcomes are published as CloudEvents ``Steward.PoolRequest.Accepted|Rejected|Created|Failed``
 with deterministic ids (``pool-request/<id>/<Type>``), so that a repeat after a lost save is
 recognisable downstream, and are kept in the record's ``data``.
@@ -31,15 +38,27 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared import gpu_sizes, nap, pool_spec, scope
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, Transient
+from shared import gpu_sizes, nap, pool_clone, pool_spec, scope, teams
+from shared.aks import error_of_detail
+from shared.errors import (
+    Conflict,
+    FeatureNotRegistered,
+    Forbidden,
+    Invalid,
+    LinkedAuthorizationFailed,
+    NotFound,
+    Transient,
+)
+from shared.ledger import PROPERTY_LIMIT_BYTES, to_entity
 from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import PoolRequest, Problem, Rejection, ValidatedRequest, parse_and_validate
+from shared.pool_request import PoolRequest, Problem, Rejection, ValidatedRequest, evidence, parse_and_validate
 from shared.ports import PoolInfo, Record
+from shared.settings import DEFAULT_STEWARD_NAMESPACE
 from shared.stack import GPU_RESOURCE, evaluate_stack
 
 if TYPE_CHECKING:
     from shared.context import Context
+    from shared.teams import Team
 
 log = logging.getLogger("steward.pool_creation")
 
@@ -106,17 +125,45 @@ def scope_check(ctx: Context) -> Callable[[str], bool]:
     return check
 
 
-def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutcome:
-    """Validate one queue message and record it. Raises only Throttled/Transient (retry the message)."""
+def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context, team: Team | None = None) -> AcceptOutcome:
+    """Validate one queue message and record it. Raises only Throttled/Transient (retry the message).
+
+    ``team`` is the team whose queue the message came from (shared.teams; the trigger always
+    passes it): it becomes the request's requester whatever the message claims, and the request
+    must stay within the team's clusters, sizes and GPUs per request. ``None`` applies no team
+    rules; only tests and tools that call this directly use it.
+    """
     now = ctx.clock.now()
-    result = parse_and_validate(raw, policy=_policy(ctx), in_scope=scope_check(ctx))
+    result = parse_and_validate(raw, policy=_policy(ctx), in_scope=scope_check(ctx),
+                                requester=team.name if team is not None else None)
     if isinstance(result, Rejection):
         return _reject(result, ctx=ctx, now=now, dequeue_count=dequeue_count)
+    if team is not None:
+        req = result.request
+        found = _team_violations(ctx, team, result)
+        if found:
+            rejection = Rejection(tuple(Problem(v.field, v.problem, v.fix) for v in found), request_id=req.request_id,
+                                  requester=team.name, cluster=req.cluster, pool_name=req.pool_name, **evidence(raw))
+            return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count)
+
+    def fresh(v: ValidatedRequest, *, now: float, dequeue_count: int) -> Record:
+        record = _new_record(v, now=now, dequeue_count=dequeue_count)
+        if team is None:
+            return record
+        return msgspec.structs.replace(record, data={**record.data, "team": team.name, "queue": team.queue,
+                                                     "claimedRequester": v.claimed_requester})
+
+    too_large = _too_large_to_record(fresh(result, now=now, dequeue_count=dequeue_count))
+    if too_large is not None:  # before anything is published: Accepted must never precede a failed write
+        req = result.request
+        rejection = Rejection((too_large,), request_id=req.request_id, requester=req.requester, cluster=req.cluster,
+                              pool_name=req.pool_name, **evidence(raw))
+        return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count)
 
     existing = ctx.ledger.get(KIND, result.request_id)
     if existing is None:
         try:
-            existing = ctx.ledger.create(_announced(ctx, _new_record(result, now=now, dequeue_count=dequeue_count),
+            existing = ctx.ledger.create(_announced(ctx, fresh(result, now=now, dequeue_count=dequeue_count),
                                                     result))
             status = "accepted"
         except Conflict:  # another delivery of a message with this id won the race
@@ -126,11 +173,12 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutco
             status = "duplicate"
     elif existing.state == REJECTED and existing.data.get("fingerprint") is None:
         # A rejected id may be reused by the corrected request: the rejection stays in its history.
-        fresh = _new_record(result, now=now, dequeue_count=dequeue_count)
-        fresh = msgspec.structs.replace(fresh, etag=existing.etag, history=[*existing.history, *fresh.history][-50:])
-        fresh = _announced(ctx, fresh, result)
+        replacement = fresh(result, now=now, dequeue_count=dequeue_count)
+        replacement = msgspec.structs.replace(replacement, etag=existing.etag,
+                                              history=[*existing.history, *replacement.history][-50:])
+        replacement = _announced(ctx, replacement, result)
         try:
-            existing = ctx.ledger.save(fresh)
+            existing = ctx.ledger.save(replacement)
         except (Conflict, NotFound):
             raise Transient("pool request record changed while replacing a rejection; retry") from None
         status = "accepted"
@@ -141,9 +189,8 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context) -> AcceptOutco
         reuse = Problem("requestId", f"{result.request_id!r} was already used for a different request "
                         f"(now {existing.state})",
                         "use a new requestId for a new request; resend the original unchanged to retry it")
-        digest = hashlib.sha256(raw.encode() if isinstance(raw, str) else bytes(raw)).hexdigest()
         rejection = Rejection((reuse,), request_id=None, requester=result.request.requester,
-                              cluster=result.request.cluster, pool_name=result.request.pool_name, digest=digest)
+                              cluster=result.request.cluster, pool_name=result.request.pool_name, **evidence(raw))
         return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, reused_id=result.request_id)
 
     if not existing.data.get("announced"):  # recorded by a version that announced after writing
@@ -188,30 +235,78 @@ def _mark_announced(ctx: Context, record: Record) -> None:
 
 def _reject(rejection: Rejection, *, ctx: Context, now: float, dequeue_count: int,
             reused_id: str | None = None) -> AcceptOutcome:
-    """Write the terminal ``rejected`` record (once) and publish the reasons. Never retried."""
+    """Write the terminal ``rejected`` record (once) and publish the reasons. Never retried.
+
+    The record and the Rejected event carry the message's sha256, size and first bytes (escaped,
+    shared.pool_request.escape_head) so an operator can see what was sent. Problems beyond
+    :data:`MAX_PROBLEMS_RECORDED`, or beyond what fits the ledger's property limit, are counted but
+    not listed: a rejection that cannot be recorded would be retried into the poison queue.
+    """
     by_digest = f"msg-{rejection.digest[:40]}"
     record_id = rejection.request_id or by_digest
-    data: dict[str, Any] = {
-        "reasons": [str(p) for p in rejection.problems],
-        "problems": [{"field": p.field, "problem": p.problem, "fix": p.fix} for p in rejection.problems],
-        "message": rejection.message, "digest": rejection.digest, "requestId": reused_id or rejection.request_id,
-        "requester": rejection.requester, "cluster": rejection.cluster, "pool": rejection.pool_name,
-        "dequeueCount": dequeue_count,
-    }
-    record = Record(kind=KIND, id=record_id, state=REJECTED, data=data, created_at=now, updated_at=now,
-                    history=[{"at": now, "state": REJECTED, "note": rejection.message[:500]}])
+    total = len(rejection.problems)
+    shown = min(total, MAX_PROBLEMS_RECORDED)
+    while True:
+        problems = rejection.problems[:shown]
+        message = f"pool request rejected: {total} problem{'s' if total != 1 else ''}" \
+            + "".join(f"\n- {p}" for p in problems) + (f"\n- ... and {total - shown} more" if shown < total else "")
+        data: dict[str, Any] = {
+            "reasons": [str(p) for p in problems],
+            "problems": [{"field": p.field, "problem": p.problem, "fix": p.fix} for p in problems],
+            "problemCount": total,
+            "message": message, "digest": rejection.digest, "messageBytes": rejection.size,
+            "messageHead": rejection.head, "requestId": reused_id or rejection.request_id,
+            "requester": rejection.requester, "cluster": rejection.cluster, "pool": rejection.pool_name,
+            "dequeueCount": dequeue_count,
+        }
+        record = Record(kind=KIND, id=record_id, state=REJECTED, data=data, created_at=now, updated_at=now,
+                        history=[{"at": now, "state": REJECTED, "note": message[:500]}])
+        if shown == 0 or _too_large_to_record(record) is None:
+            break
+        shown //= 2
     stored = _create_or_get(ctx, record)
     if stored.data.get("digest") != rejection.digest and record_id != by_digest:
         # The id belongs to another request: file this rejection under the message's digest instead.
         record = msgspec.structs.replace(record, id=by_digest)
         stored = _create_or_get(ctx, record)
     if not stored.data.get("announced"):
-        _publish(ctx, EVENT_REJECTED, stored, {"reasons": data["reasons"], "problems": data["problems"],
-                                               "message": rejection.message})
+        _publish(ctx, EVENT_REJECTED, stored, {
+            "reasons": data["reasons"], "problems": data["problems"], "problemCount": total, "message": message,
+            "digest": rejection.digest, "messageBytes": rejection.size, "messageHead": rejection.head})
         _mark_announced(ctx, stored)
-    log.info("pool request rejected (%s): %d problems", stored.id, len(rejection.problems))
-    return AcceptOutcome(status="rejected", request_id=stored.id, message=rejection.message,
-                         problems=rejection.problems)
+    log.info("pool request rejected (%s): %d problems, sha256 %s", stored.id, total, rejection.digest)
+    return AcceptOutcome(status="rejected", request_id=stored.id, message=message, problems=problems)
+
+
+# What a pool-request record may weigh when it is first written. The ledger keeps ``data`` as one
+# JSON string property, and Azure Table storage allows 64 KiB per string property (UTF-16, so 32 Ki
+# characters; json.dumps escapes non-ASCII as \uXXXX, 12 bytes a character) and 1 MiB per entity
+# (https://learn.microsoft.com/rest/api/storageservices/understanding-the-table-service-data-model).
+# The entity limit never binds: data <= 64 KiB + history <= 48 KiB (shared.ledger) + a few scalars.
+# The steps after acceptance add to ``data`` (PUT count, stack verdict, job, at most 2 x 2,000
+# characters of Azure's error on failure, about 10 KiB at worst as UTF-16), so the first write keeps
+# RECORD_GROWTH_RESERVE_BYTES free: a request that would start closer to the limit could be
+# accepted and then fail to save its progress.
+RECORD_GROWTH_RESERVE_BYTES = 16 * 1024
+RECORD_START_BUDGET_BYTES = PROPERTY_LIMIT_BYTES - RECORD_GROWTH_RESERVE_BYTES
+MAX_PROBLEMS_RECORDED = 20
+
+
+def _too_large_to_record(record: Record) -> Problem | None:
+    """Why ``record`` may not be written as it is (its ``data`` over the start budget), or None."""
+    try:
+        size = len(to_entity(record)["data"].encode("utf-16-le"))
+    except Invalid:  # already over the property limit itself
+        size = PROPERTY_LIMIT_BYTES + 1
+    if size <= RECORD_START_BUDGET_BYTES:
+        return None
+    shown = f"{size} bytes" if size <= PROPERTY_LIMIT_BYTES else f"more than {PROPERTY_LIMIT_BYTES} bytes"
+    return Problem("$", f"the request is valid but too large to record: it would be stored as {shown} "
+                   f"(UTF-16 JSON), over the {RECORD_START_BUDGET_BYTES} bytes a request may take "
+                   f"(Azure Table storage holds {PROPERTY_LIMIT_BYTES} bytes per property; "
+                   f"{RECORD_GROWTH_RESERVE_BYTES} are kept for the request's progress)",
+                   "send fewer or shorter tags and labels (non-ASCII characters count six times); "
+                   f"about {RECORD_START_BUDGET_BYTES // 2 - 4096} ASCII characters of request fit")
 
 
 def _create_or_get(ctx: Context, record: Record) -> Record:
@@ -258,6 +353,8 @@ def _later(record: Record, *, now: float, delay: float, **data: Any) -> Record:
 def _fail(record: Record, ctx: Context, *, now: float, code: str, message: str, **data: Any) -> Record:
     error = {"code": code, "message": message[:2000]}
     outcome = {"state": FAILED, "stage": record.state, **error}
+    if data.get("cleanup"):
+        outcome["cleanup"] = data["cleanup"]
     _publish(ctx, EVENT_FAILED, record, {"stage": record.state, "error": error, **data})
     return record.moved(FAILED, at=now, note=f"{code}: {message}"[:500], next_at=0.0, error=error,
                         outcome=outcome, **data)
@@ -283,6 +380,12 @@ def advance(record: Record, ctx: Context) -> Record:
     except (KeyError, msgspec.ValidationError) as error:
         # Only this module writes the field; a record that does not decode cannot be advanced safely.
         return _fail(record, ctx, now=now, code="CorruptRecord", message=f"the stored request does not decode: {error}")
+    record, held = hold_if_paused(record, req, ctx, now=now)
+    if held:
+        return record
+    failing = record.data.get("failing")
+    if isinstance(failing, Mapping):  # decided to fail; the pool's cleanup had to wait for a running operation
+        return _fail_created(record, req, ctx, now, code=str(failing.get("code")), message=str(failing.get("message")))
     return _STEPS[record.state](record, req, ctx, now)
 
 
@@ -294,12 +397,58 @@ def _deadline(record: Record, default: float) -> float:
 # ----------------------------------------------------------------------------- accepted
 
 
+def recheck(record: Record, req: PoolRequest, ctx: Context) -> list[str]:
+    """Every rule the stored request breaks now; empty when it may still be created.
+
+    The ledger is not the truth: anyone who can write the table can put an ``accepted`` row there,
+    or rewrite a T4 request into 125 H100s. So before the one step that spends money (the PUT),
+    the stored request is judged again exactly as a queue message would be: the seed's rules
+    (:func:`shared.pool_request.parse_and_validate`), the cluster's scope (tags read from ARM now)
+    and, when teams are configured, the rules of the team it names (clusters, sizes, GPUs per
+    request and in total, shared.teams). A rule that changed since intake (a size dropped from a
+    team, a cluster leaving scope) refuses the request too: it is judged by today's rules.
+    """
+    result = parse_and_validate(msgspec.json.encode(msgspec.to_builtins(req)), policy=_policy(ctx),
+                                in_scope=scope_check(ctx))
+    if isinstance(result, Rejection):
+        return [f"{p.field}: {p.problem}" for p in result.problems]
+    problems: list[str] = []
+    if record.id != req.request_id:
+        problems.append(f"requestId: the record {record.id!r} holds request {req.request_id!r}")
+    configured = tuple(getattr(ctx.settings, "teams", ()) or ())
+    if not configured:
+        return problems
+    team = teams.by_name(configured, req.requester)
+    if team is None:
+        return [*problems, f"requester: {req.requester!r} is not a team of {teams.SETTING}"]
+    return [*problems, *(f"{v.field}: {v.problem}" for v in _team_violations(ctx, team, result))]
+
+
+def _team_violations(ctx: Context, team: Team, result: ValidatedRequest) -> list[teams.Violation]:
+    """``team``'s rules over a valid request (its GPUs in use read from ARM and the ledger when it has a total)."""
+    req = result.request
+    in_use = None
+    if team.max_gpus_total is not None:
+        from shared import team_usage
+
+        in_use = team_usage.gpus_in_use(ctx, team, exclude_request_id=req.request_id)
+    return teams.violations(team, cluster=req.cluster, vm_size=result.size.name, gpus_per_vm=result.size.gpus,
+                            count=req.count, autoscale_max=req.autoscale.max if req.autoscale else None,
+                            in_use=in_use)
+
+
 def _step_accepted(record: Record, req: PoolRequest, ctx: Context, now: float) -> Record:
     policy = _policy(ctx)
     create_deadline = record.created_at + policy.create_timeout_s
     if now > create_deadline:
         return _fail(record, ctx, now=now, code="PoolCreateTimeout",
                      message=f"the pool could not be requested within {policy.create_timeout_s}s")
+    broken = recheck(record, req, ctx)
+    if broken:
+        log.warning("pool request %s refused before creation: %s", record.id, "; ".join(broken))
+        return _fail(record, ctx, now=now, code="RequestNotAllowed",
+                     message="the stored request breaks the rules it is judged by before any pool is created "
+                             "(a ledger row edited after intake, or rules changed since): " + "; ".join(broken))
     aks = ctx.access.aks()
     try:
         cluster = aks.get_cluster(req.cluster)
@@ -315,9 +464,15 @@ def _step_accepted(record: Record, req: PoolRequest, ctx: Context, now: float) -
         return _later(record, now=now, delay=PAUSED_RETRY_S, waiting="STEWARD_PAUSED is set: no writes")
     body, preview = pool_spec.agent_pool_body(req)
     try:
-        aks.begin_put_pool(req.cluster, req.pool_name, body, preview=preview)
+        aks.begin_put_pool(req.cluster, req.pool_name, body, preview=preview, create_only=True)
+    except FeatureNotRegistered as error:
+        return _fail(record, ctx, now=now, code="PreviewFeatureNotRegistered",
+                     message=feature_registration_help(error, subscription=scope.subscription_of(req.cluster)),
+                     feature=error.feature or MANAGED_GPU_FEATURE)
     except Invalid as error:
         return _fail(record, ctx, now=now, code=error.code or "InvalidRequest", message=error.reason)
+    except LinkedAuthorizationFailed as error:
+        return _fail(record, ctx, now=now, code=error.code or "LinkedAuthorizationFailed", message=error.reason)
     except Forbidden as error:
         return _fail(record, ctx, now=now, code="AuthorizationFailed", message=str(error))
     except NotFound as error:
@@ -377,12 +532,17 @@ def _start_nap(record: Record, req: PoolRequest, ctx: Context, now: float, *, lo
 
 
 def provisioning_error(pool: PoolInfo) -> tuple[str, str]:
-    """Azure's error for a Failed pool, from wherever this api-version puts it."""
+    """Azure's error for a Failed pool, from wherever this api-version puts it.
+
+    The code is the most specific one its ``details[]`` name (shared.aks.error_of_detail): Compute's
+    ``QuotaExceeded`` inside AKS's ``InvalidTemplateDeployment``, not the wrapper.
+    """
     props = pool.properties
     for candidate in ((props.get("status") or {}).get("provisioningError"), props.get("provisioningError"),
                       props.get("error")):
         if isinstance(candidate, Mapping) and candidate.get("code"):
-            return str(candidate["code"]), str(candidate.get("message") or "")
+            specific = error_of_detail(candidate)
+            return str(specific.code or candidate["code"]), str(candidate.get("message") or "")
     return "ProvisioningFailed", f"pool {pool.name} provisioningState is {pool.provisioning_state}"
 
 
@@ -406,10 +566,11 @@ def _step_creating(record: Record, req: PoolRequest, ctx: Context, now: float) -
                             deadline=now + policy.validate_timeout_s)
     if state in ("Failed", "Canceled"):
         code, message = provisioning_error(pool)
-        return _fail(record, ctx, now=now, code=code, message=message)
+        return _fail_created(record, req, ctx, now, code=code, message=message)
     if now > deadline:
-        return _fail(record, ctx, now=now, code="PoolCreateTimeout",
-                     message=f"the pool was still {state or 'not reporting a state'} after {policy.create_timeout_s}s")
+        return _fail_created(record, req, ctx, now, code="PoolCreateTimeout",
+                             message=f"the pool was still {state or 'not reporting a state'} after "
+                                     f"{policy.create_timeout_s}s")
     return _later(record, now=now, delay=policy.poll_interval_s, provisioningState=state)
 
 
@@ -464,13 +625,29 @@ def _step_validating(record: Record, req: PoolRequest, ctx: Context, now: float)
         return _succeed(record, ctx, now=now, nodes=report.ready_nodes, resources=dict(report.resources),
                         sampleJob="not requested", stack=stack)
     if now > _deadline(record, now):
-        return _fail(record, ctx, now=now, code="StackValidationTimeout",
-                     message=f"the GPU stack was not healthy after {policy.validate_timeout_s}s: "
-                             + "; ".join(report.problems[:10]), stack=stack)
+        return _fail_created(record, req, ctx, now, code="StackValidationTimeout",
+                             message=f"the GPU stack was not healthy after {policy.validate_timeout_s}s: "
+                                     + "; ".join(report.problems[:10]), stack=stack)
     return _later(record, now=now, delay=policy.poll_interval_s, stack=stack)
 
 
 # ----------------------------------------------------------------------------- testing
+
+
+#: The sample job's numeric user and group. Pod Security ``restricted`` (the app's namespace enforces it)
+#: needs runAsNonRoot, and a numeric runAsUser lets the kubelet verify it without trusting the image's
+#: USER. NVIDIA's CUDA samples do not need root: the vectorAdd binary is world-executable and the GPU
+#: device nodes the device plugin passes in are mode 0666, so any non-root uid can use the GPU (NVIDIA's
+#: own OpenShift check of cuda-sample runs it with runAsNonRoot under an arbitrary non-root uid). 65534
+#: ("nobody") would do as well; 1000 is the conventional first unprivileged user.
+SAMPLE_JOB_UID = 1000
+JOB_API = "batch/v1"
+
+
+def app_namespace(ctx: Context) -> str:
+    """Where the sample job runs: the app's own namespace (setting STEWARD_NAMESPACE, default
+    gpu-fleet-steward, infra/kubernetes/namespace.yaml), where its Role grants Jobs create/get/delete."""
+    return str(getattr(ctx.settings, "namespace", "") or DEFAULT_STEWARD_NAMESPACE)
 
 
 def job_name(req: PoolRequest) -> str:
@@ -488,20 +665,30 @@ def gpu_request_resource(req: PoolRequest) -> str:
     return GPU_RESOURCE
 
 
-def sample_job(req: PoolRequest, *, policy: PoolRequestPolicy, nap_cluster: bool) -> dict[str, Any]:
-    """A one-shot Job pinned to the pool, tolerating its taints, asking for one GPU (or MIG slice)."""
+def sample_job(req: PoolRequest, *, policy: PoolRequestPolicy, nap_cluster: bool, namespace: str) -> dict[str, Any]:
+    """A one-shot Job pinned to the pool, tolerating its taints, asking for one GPU (or MIG slice).
+
+    Least privilege: it runs in the app's own ``namespace``, from an image pinned by digest, with no
+    service-account token mounted (it never calls the API server) and a security context that passes
+    Pod Security ``restricted``: non-root numeric user, no privilege escalation, every capability
+    dropped, the runtime's default seccomp profile. Its annotation names the request that made it.
+    """
     selector = {nap.NODEPOOL_LABEL if nap_cluster else AGENTPOOL_LABEL: req.pool_name}
     tolerations = [{"key": k, "operator": "Equal", "value": v, "effect": e} if v else
                    {"key": k, "operator": "Exists", "effect": e} for k, v, e in pool_spec.pool_taints(req)]
     resource = gpu_request_resource(req)
-    container: dict[str, Any] = {"name": "gpu-check", "image": policy.sample_job_image,
-                                 "resources": {"limits": {resource: "1"}}}
+    container: dict[str, Any] = {
+        "name": "gpu-check", "image": policy.sample_job_image, "resources": {"limits": {resource: "1"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "runAsUser": SAMPLE_JOB_UID, "runAsGroup": SAMPLE_JOB_UID,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    }
     if policy.sample_job_args:
         container["args"] = list(policy.sample_job_args)
     return {
-        "apiVersion": "batch/v1",
+        "apiVersion": JOB_API,
         "kind": "Job",
-        "metadata": {"name": job_name(req), "namespace": policy.sample_job_namespace,
+        "metadata": {"name": job_name(req), "namespace": namespace,
                      "labels": {nap.LABEL_MANAGED_BY: nap.MANAGED_BY},
                      "annotations": {nap.ANNOTATION_REQUEST_ID: req.request_id}},
         "spec": {
@@ -509,7 +696,11 @@ def sample_job(req: PoolRequest, *, policy: PoolRequestPolicy, nap_cluster: bool
             "activeDeadlineSeconds": policy.sample_job_timeout_s,
             "ttlSecondsAfterFinished": 600,
             "template": {"metadata": {"labels": {nap.LABEL_MANAGED_BY: nap.MANAGED_BY}},
-                         "spec": {"restartPolicy": "Never", "nodeSelector": selector, "tolerations": tolerations,
+                         "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                                  "securityContext": {"runAsNonRoot": True, "runAsUser": SAMPLE_JOB_UID,
+                                                      "runAsGroup": SAMPLE_JOB_UID,
+                                                      "seccompProfile": {"type": "RuntimeDefault"}},
+                                  "nodeSelector": selector, "tolerations": tolerations,
                                   "containers": [container]}},
         },
     }
@@ -531,40 +722,110 @@ def job_outcome(job: Mapping[str, Any]) -> str:
     return "running"
 
 
-def _delete_job(ctx: Context, req: PoolRequest, policy: PoolRequestPolicy) -> None:
-    with contextlib.suppress(NotFound):
-        ctx.access.kube(req.cluster).delete_object("batch/v1", "Job", job_name(req), policy.sample_job_namespace)
+def _job_uid(job: Mapping[str, Any]) -> str:
+    return str((job.get("metadata") or {}).get("uid") or "")
+
+
+def _pod_essentials(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides what the sample job's pod runs and as whom (fields the API server does not default)."""
+    pod = (((job.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return {"automountServiceAccountToken": pod.get("automountServiceAccountToken"),
+            "securityContext": pod.get("securityContext"), "nodeSelector": pod.get("nodeSelector"),
+            "containers": [{"name": c.get("name"), "image": c.get("image"), "command": c.get("command"),
+                            "args": c.get("args"), "securityContext": c.get("securityContext"),
+                            "limits": (c.get("resources") or {}).get("limits")}
+                           for c in pod.get("containers") or ()],
+            "initContainers": len(pod.get("initContainers") or ())}
+
+
+def job_not_ours(job: Mapping[str, Any], *, request_id: str, uid: str, expected: Mapping[str, Any]) -> str | None:
+    """Why ``job`` is not the sample job this request created, or None when it is.
+
+    It must carry the request's annotation, and have the uid recorded in the ledger when the request
+    created it. With no uid recorded (the create went through but saving the record did not), the Job
+    is adopted only if it runs exactly the pod this request would create. A Job that is not ours is
+    never read as a pass and never deleted: a same-named Job made by someone else could otherwise
+    "prove" a broken pool, or be deleted by the steward.
+    """
+    meta = job.get("metadata") or {}
+    claimed = (meta.get("annotations") or {}).get(nap.ANNOTATION_REQUEST_ID)
+    if claimed != request_id:
+        return (f"it does not carry this request's annotation {nap.ANNOTATION_REQUEST_ID}={request_id}"
+                + (f" (it says {str(claimed)[:80]!r})" if claimed else ""))
+    if uid:
+        if _job_uid(job) != uid:
+            return f"its uid {_job_uid(job) or '(none)'} is not {uid}, the uid of the Job this request created"
+        return None
+    if _pod_essentials(job) != _pod_essentials(expected):
+        return "its pod template is not the one this request creates (image, command, security context or placement)"
+    return None
+
+
+def _delete_job(ctx: Context, req: PoolRequest, job: Mapping[str, Any], *, uid: str) -> None:
+    """Delete the sample job, only when ``job`` (just read) is the one this request created."""
+    meta = job.get("metadata") or {}
+    if not uid or _job_uid(job) != uid:
+        log.warning("pool request %s: not deleting Job %s/%s (uid %s), not the one it created (%s)", req.request_id,
+                    meta.get("namespace"), meta.get("name"), _job_uid(job), uid or "none recorded")
+        return
+    try:  # the uid travels as a precondition: a Job that took the name since the read is not deleted
+        ctx.access.kube(req.cluster).delete_object(JOB_API, "Job", str(meta.get("name")), str(meta.get("namespace")),
+                                                   uid=uid)
+    except NotFound:
+        return
+    except Conflict:
+        log.warning("pool request %s: Job %s/%s was replaced by another since it was read; not deleted",
+                    req.request_id, meta.get("namespace"), meta.get("name"))
 
 
 def _step_testing(record: Record, req: PoolRequest, ctx: Context, now: float) -> Record:
     policy = _policy(ctx)
     kube = ctx.access.kube(req.cluster)
-    name, namespace = job_name(req), policy.sample_job_namespace
+    name, namespace = job_name(req), app_namespace(ctx)
+    expected = sample_job(req, policy=policy, nap_cluster=bool(record.data.get("nap")), namespace=namespace)
+    recorded = record.data.get("job")
+    uid = ""
+    if isinstance(recorded, Mapping) and recorded.get("name") == name and recorded.get("namespace") == namespace:
+        uid = str(recorded.get("uid") or "")
     deadline = _deadline(record, now + policy.sample_job_timeout_s)
-    job = kube.get_object("batch/v1", "Job", name, namespace)
+    job = kube.get_object(JOB_API, "Job", name, namespace)
     if job is None:
         if now > deadline:
-            return _fail(record, ctx, now=now, code="SampleJobTimeout",
-                         message=f"the sample GPU job could not run within {policy.sample_job_timeout_s}s")
+            return _fail_created(record, req, ctx, now, code="SampleJobTimeout",
+                                 message=f"the sample GPU job could not run within {policy.sample_job_timeout_s}s")
         if _paused(ctx):
             return _later(record, now=now, delay=PAUSED_RETRY_S, waiting="STEWARD_PAUSED is set: no writes")
-        with contextlib.suppress(Conflict):  # created by an earlier run of this step
-            kube.create_object(sample_job(req, policy=policy, nap_cluster=bool(record.data.get("nap"))))
-        return _later(record, now=now, delay=policy.poll_interval_s, job={"name": name, "namespace": namespace})
+        try:
+            created = kube.create_object(expected)
+        except Conflict:  # a Job of that name appeared since the read: judged (ours or not) on the next pass
+            return _later(record, now=now, delay=policy.poll_interval_s)
+        # the uid the API server gave it: the only proof, later, that a Job of this name is ours
+        return _later(record, now=now, delay=policy.poll_interval_s,
+                      job={"name": name, "namespace": namespace, "uid": _job_uid(created)})
+    problem = job_not_ours(job, request_id=req.request_id, uid=uid, expected=expected)
+    if problem is not None:
+        return _fail_created(record, req, ctx, now, code="SampleJobNotOurs",
+                             message=f"refused to use the Job {namespace}/{name}: {problem}. It was neither trusted as "
+                                     "a pass nor deleted; find out who created it",
+                             job={"name": name, "namespace": namespace, "uid": uid, "foundUid": _job_uid(job)})
+    if not uid:  # adopted: ours by annotation and template, created by a pass whose save was lost
+        uid = _job_uid(job)
+        record = msgspec.structs.replace(record, data={**record.data,
+                                                       "job": {"name": name, "namespace": namespace, "uid": uid}})
     outcome = job_outcome(job)
     if outcome == "succeeded":
-        _delete_job(ctx, req, policy)
+        _delete_job(ctx, req, job, uid=uid)
         stack = record.data.get("stack") or {}
         return _succeed(record, ctx, now=now, nodes=stack.get("readyNodes"), resources=stack.get("resources"),
                         sampleJob="succeeded", stack=stack)
     if outcome == "failed":
-        _delete_job(ctx, req, policy)
-        return _fail(record, ctx, now=now, code="SampleJobFailed",
-                     message=f"the sample GPU job {namespace}/{name} failed: {_job_reason(job)}")
+        _delete_job(ctx, req, job, uid=uid)
+        return _fail_created(record, req, ctx, now, code="SampleJobFailed",
+                             message=f"the sample GPU job {namespace}/{name} failed: {_job_reason(job)}")
     if now > deadline:
-        _delete_job(ctx, req, policy)
-        return _fail(record, ctx, now=now, code="SampleJobTimeout",
-                     message=f"the sample GPU job did not complete within {policy.sample_job_timeout_s}s")
+        _delete_job(ctx, req, job, uid=uid)
+        return _fail_created(record, req, ctx, now, code="SampleJobTimeout",
+                             message=f"the sample GPU job did not complete within {policy.sample_job_timeout_s}s")
     return _later(record, now=now, delay=policy.poll_interval_s)
 
 
@@ -575,9 +836,166 @@ def _job_reason(job: Mapping[str, Any]) -> str:
     return "its pod failed"
 
 
+# ----------------------------------------------------------------------------- failures: preview feature, cleanup
+
+MANAGED_GPU_FEATURE = "Microsoft.ContainerService/ManagedGPUExperiencePreview"
+FAILING_WAIT_MAX_S = 1800.0  # how long a decided failure waits for the pool to accept its cleanup
+
+
+def feature_registration_help(error: FeatureNotRegistered, *, subscription: str) -> str:
+    """What the requester must do when AKS refused a pool for an unregistered preview feature."""
+    feature = error.feature or MANAGED_GPU_FEATURE
+    namespace, _, name = feature.partition("/")
+    return (f"subscription {subscription} has not registered the preview feature {feature}, which managed GPU node "
+            f"pools need. An owner of the subscription registers it with: az feature register --namespace {namespace} "
+            f"--name {name} --subscription {subscription}; waits until az feature show --namespace {namespace} --name "
+            f"{name} --subscription {subscription} says Registered; then runs az provider register --namespace "
+            f"{namespace} --subscription {subscription}. Then send the request again with a new requestId. "
+            f"(Azure said: {error.reason})")
+
+
+def _workload_pods(ctx: Context, req: PoolRequest, *, nap_pool: bool) -> list[str]:
+    """Pods other than DaemonSet, mirror, kube-system and the steward's own sample job on the pool's nodes."""
+    kube = ctx.access.kube(req.cluster)
+    label = nap.NODEPOOL_LABEL if nap_pool else AGENTPOOL_LABEL
+    found: list[str] = []
+    for node in kube.list_nodes(label_selector=f"{label}={req.pool_name}"):
+        for pod in kube.list_pods(node_name=node.name):
+            owner = pod.controller()
+            if (pod.phase in ("Succeeded", "Failed") or pod.is_mirror or pod.namespace == "kube-system"
+                    or (owner is not None and owner.kind == "DaemonSet")
+                    or pod.labels.get(nap.LABEL_MANAGED_BY) == nap.MANAGED_BY):
+                continue
+            found.append(f"{pod.namespace}/{pod.name}")
+    return found
+
+
+def _cleanup_created_pool(record: Record, req: PoolRequest, ctx: Context) -> dict[str, Any]:
+    """Delete (or scale to zero) the pool this request created, so that a failed one does not keep billing.
+
+    Raises Conflict (AKS: another operation is running on the pool) when it must be tried again later.
+    """
+    policy = _policy(ctx)
+    nap_pool = bool(record.data.get("nap"))
+    if nap_pool:
+        kube = ctx.access.kube(req.cluster)
+        ours = [(api, kind) for api, kind in ((nap.NODEPOOL_API, "NodePool"), (nap.NODECLASS_API, "AKSNodeClass"))
+                if (obj := kube.get_object(api, kind, req.pool_name)) is not None and nap.made_by(dict(obj), req.request_id)]
+        if not ours:
+            return {"action": "none", "note": "no Karpenter object of this request is left"}
+    else:
+        pool = ctx.access.aks().get_pool(req.cluster, req.pool_name)
+        if pool is None:
+            return {"action": "none", "note": f"the pool {req.pool_name} no longer exists"}
+        if not pool_spec.created_by(pool.properties, req.request_id):
+            return {"action": "none", "note": f"the pool {req.pool_name} was not created by this request: left alone"}
+        # Still the pool the request describes (mode, size, GPU management), as ARM shows it now: a ledger
+        # row alone never names a pool to delete.
+        unlike = pool_spec.spec_differences(pool.properties, req)
+        if str(pool.properties.get("mode") or "User") != "User":
+            unlike.insert(0, f"mode is {pool.properties.get('mode')!r}, not 'User'")
+        if unlike:
+            return {"action": "none", "note": f"the pool {req.pool_name} is not the pool this request describes "
+                                              f"({'; '.join(unlike[:3])}): left alone"}
+    workload = _workload_pods(ctx, req, nap_pool=nap_pool)
+    if workload:
+        return {"action": "kept", "note": f"{len(workload)} workload pod(s) already run on the pool "
+                                          f"({', '.join(workload[:5])}): delete or scale it yourself"}
+    if _paused(ctx):
+        return {"action": "kept", "note": "STEWARD_PAUSED is set: the pool was left as it is; it may be billing"}
+    if nap_pool:
+        # Karpenter removes a NodePool's nodes with it; "scale to zero" has no Karpenter equivalent.
+        kube = ctx.access.kube(req.cluster)
+        for api, kind in ours:
+            with contextlib.suppress(NotFound):
+                kube.delete_object(api, kind, req.pool_name)
+        return {"action": "deleted", "note": f"NodePool/AKSNodeClass {req.pool_name} deleted (node auto-provisioning)"}
+    aks = ctx.access.aks()
+    # If-Match: only the version of the pool read and verified above (412 -> Conflict: tried again later).
+    etag = pool.properties.get("eTag")
+    if_match: dict[str, Any] = {"etag": str(etag)} if etag else {}
+    if policy.failed_pool_action == "scaleToZero":
+        body = pool_clone.update_properties(pool, count=0, enableAutoScaling=False, minCount=None, maxCount=None)
+        aks.begin_put_pool(req.cluster, req.pool_name, {"properties": body}, **if_match)
+        return {"action": "scaledToZero", "note": f"pool {req.pool_name} scaled to 0 nodes "
+                                                  "(POOL_REQUEST_FAILED_POOL_ACTION=scaleToZero); delete it when done"}
+    aks.begin_delete_pool(req.cluster, req.pool_name, **if_match)
+    return {"action": "deleted", "note": f"pool {req.pool_name} deleted (POOL_REQUEST_FAILED_POOL_ACTION=delete)"}
+
+
+def _fail_created(record: Record, req: PoolRequest, ctx: Context, now: float, *, code: str, message: str,
+                  **data: Any) -> Record:
+    """Fail a request whose pool exists (provisioning failed, or validation failed or timed out), after
+    deleting or scaling down that pool; the outcome's ``cleanup`` says what was done."""
+    failing = record.data.get("failing")
+    since = float(failing.get("since", now)) if isinstance(failing, Mapping) else now
+    try:
+        cleanup = _cleanup_created_pool(record, req, ctx)
+    except Conflict as error:
+        if now - since < FAILING_WAIT_MAX_S:
+            return _later(record, now=now, delay=_policy(ctx).poll_interval_s,
+                          failing={"code": code, "message": message, "since": since},
+                          waiting=f"failing ({code}); waiting for the pool to accept its cleanup: {error}")
+        cleanup = {"action": "failed", "note": f"the pool stayed busy for {FAILING_WAIT_MAX_S:.0f}s: {error}; "
+                                               "it may be billing, remove it yourself"}
+    except (Invalid, Forbidden) as error:
+        cleanup = {"action": "failed", "note": f"the pool could not be removed: {error}; it may be billing, "
+                                               "remove it yourself"}
+    log.info("pool request %s failed (%s); pool cleanup: %s", record.id, code, cleanup.get("action"))
+    return _fail(record, ctx, now=now, code=code, message=message, cleanup=cleanup, failing=None, **data)
+
+
 _STEPS: dict[str, Callable[[Record, PoolRequest, Context, float], Record]] = {
     ACCEPTED: _step_accepted,
     CREATING: _step_creating,
     VALIDATING: _step_validating,
     TESTING: _step_testing,
 }
+
+
+# ----------------------------------------------------------------------------- the cluster pause tag, giving up
+
+
+def hold_if_paused(record: Record, req: PoolRequest, ctx: Context, *, now: float) -> tuple[Record, bool]:
+    """``(record, held)``: hold the request while its cluster carries ``gpu-fleet-steward/paused=true``.
+
+    The tag is read from ARM at every step (shared.scope.cluster_paused). A request that has not made
+    anything yet (``accepted``) waits, and fails ``ClusterPaused`` (nothing was created, nothing to clean
+    up) once the pause has lasted longer than its create timeout. A request in flight holds where it is
+    (no PUT, no Job, no cleanup) and its step deadline is moved on by the time it was held when the
+    pause is lifted, so a pause never makes a validation time out.
+    """
+    why = scope.cluster_paused(ctx.access.aks(), req.cluster)
+    since = record.data.get("paused_since")
+    if not why:
+        if since is None:
+            return record, False
+        shifted: dict[str, Any] = {"paused_since": None, "waiting": ""}
+        if record.data.get("deadline") is not None:
+            shifted["deadline"] = float(record.data["deadline"]) + max(0.0, now - float(since))
+        return record.moved(record.state, at=now, note="the cluster pause was lifted: resuming", next_at=now,
+                            **shifted), False
+    if record.state == ACCEPTED and now > record.created_at + _policy(ctx).create_timeout_s:
+        return _fail(record, ctx, now=now, code="ClusterPaused",
+                     message=f"{why} for longer than the create timeout ({_policy(ctx).create_timeout_s:.0f}s): "
+                             "nothing was created; submit the request again once the pause is lifted"), True
+    if since is None:
+        return record.moved(record.state, at=now, note=f"held: {why}", next_at=now + PAUSED_RETRY_S,
+                            paused_since=now, waiting=why), True
+    return _later(record, now=now, delay=PAUSED_RETRY_S, waiting=why), True
+
+
+def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
+    """The reconciler's hook after RECONCILE_MAX_PERMANENT_TRIES permanent errors in a row: ``failed``.
+
+    The request ends with the reason (code ``GaveUp``) in its outcome and a ``Failed`` event. Nothing
+    more is written to Azure: the errors that led here are the kind that repeating cannot cure, and a
+    pool this request may have created is left as it is (the outcome says so) for an operator.
+    """
+    if record.state not in ACTIVE_STATES:
+        return record
+    now = ctx.clock.now()
+    cleanup = None if record.state == ACCEPTED else {
+        "action": "none", "note": f"the request gave up in {record.state}: a pool or NodePool it may have created "
+                                  f"({record.data.get('request', {}).get('poolName', '?')}) was left as it is"}
+    return _fail(record, ctx, now=now, code="GaveUp", message=reason, cleanup=cleanup, failing=None)

@@ -8,12 +8,41 @@ environment; tests build it directly. Every setting is read with a literal name 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.env import SettingError, env_int, env_list, env_str
+from shared.env import SettingError, env_choice, env_int, env_list, env_str
 
-DEFAULT_SAMPLE_JOB_IMAGE = "mcr.microsoft.com/azuredocs/samples-tf-mnist-demo:gpu"
+# The sample GPU job's default image: NVIDIA's CUDA vectorAdd sample, pinned by digest so that what runs
+# on every new pool is exactly what was reviewed (a tag can be moved; a digest cannot).
+#   tag:    nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda11.7.1-ubuntu20.04
+#   digest: sha256:79fa5da2e71ce9169d41b0a67f8575b8f713fd1fb3e6de306774fcfede3a4fe6, as a kubelet reports
+#           that tag's repo digest in node.status.images (a public `kubectl get nodes -o json` capture);
+#           catalogue: https://catalog.ngc.nvidia.com/orgs/nvidia/teams/k8s/containers/cuda-sample/tags
+# Re-pin it whenever the image is changed: `crane digest <image:tag>` (or `docker buildx imagetools
+# inspect <image:tag>`) gives the digest to write here, in infra/main.bicep and in
+# local.settings.example.json. It runs its vectorAdd binary with no arguments and prints "Test PASSED".
+DEFAULT_SAMPLE_JOB_IMAGE = (
+    "nvcr.io/nvidia/k8s/cuda-sample@sha256:79fa5da2e71ce9169d41b0a67f8575b8f713fd1fb3e6de306774fcfede3a4fe6")
+# <registry>/<repository>@sha256:<64 hex>: the registry is a host name (with a dot, or ``localhost``),
+# optionally with a port, so that the image can never silently resolve to Docker Hub; the repository
+# path components follow the distribution reference grammar (distribution/reference regexp.go).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_PINNED_IMAGE = re.compile(
+    r"(?P<registry>(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+|localhost)"
+    r"(?::[0-9]{1,5})?)"
+    rf"/(?P<repository>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"@sha256:(?P<digest>[0-9a-f]{64})")
+
+
+def pinned_image_problem(image: str) -> str | None:
+    """Why ``image`` is not a ``<registry>/<repository>@sha256:<64 hex>`` reference, or None when it is."""
+    if _PINNED_IMAGE.fullmatch(image):
+        return None
+    if "@sha256:" not in image:
+        return "it is not pinned by digest"
+    return "it is not <registry>/<repository>@sha256:<64 lowercase hex>"
 DEFAULT_TAINTS: tuple[str, ...] = ("sku=gpu:NoSchedule",)
 
 
@@ -31,17 +60,23 @@ class PoolRequestPolicy:
       (nodes Ready, GPUs allocatable, DCGM label, NPD conditions) may take to become healthy.
     - ``sample_job_timeout_s`` (POOL_REQUEST_SAMPLE_JOB_TIMEOUT_S, default 900): how long the
       sample GPU job may take to complete.
-    - ``sample_job_image`` (POOL_REQUEST_SAMPLE_JOB_IMAGE): the image of the sample GPU job
-      (default: the AKS documentation's TensorFlow MNIST GPU sample).
-    - ``sample_job_args`` (POOL_REQUEST_SAMPLE_JOB_ARGS, comma-separated, default
-      ``--max_steps,500``): the container's args.
-    - ``sample_job_namespace`` (POOL_REQUEST_SAMPLE_JOB_NAMESPACE, default ``default``).
+    - ``sample_job_image`` (POOL_REQUEST_SAMPLE_JOB_IMAGE): the image of the sample GPU job, pinned by
+      digest, ``<registry>/<repository>@sha256:<64 hex>`` (checked at start; default: NVIDIA's CUDA
+      vectorAdd sample, see DEFAULT_SAMPLE_JOB_IMAGE). It runs as a non-root user (uid
+      shared.pool_creation.SAMPLE_JOB_UID) under Pod Security ``restricted``: an image must work so.
+    - ``sample_job_args`` (POOL_REQUEST_SAMPLE_JOB_ARGS, comma-separated, default none): the
+      container's args (the vectorAdd sample takes none).
+    The job runs in the app's own namespace (STEWARD_NAMESPACE), never in a namespace of this policy.
     - ``default_taints`` (POOL_REQUEST_DEFAULT_TAINTS, comma-separated, default
       ``sku=gpu:NoSchedule`` as in the seed): taints of a pool whose request names none.
     - ``allowed_sizes`` (POOL_REQUEST_ALLOWED_SIZES, comma-separated, default empty = every NVIDIA
       size in shared.gpu_sizes): restricts which sizes teams may ask for.
     - ``poll_interval_s`` (POOL_REQUEST_POLL_INTERVAL_S, default 15): how soon the reconciler looks
       at a request again while Azure or the nodes are still busy.
+    - ``failed_pool_action`` (POOL_REQUEST_FAILED_POOL_ACTION, ``delete`` | ``scaleToZero``, default
+      ``delete``): what becomes of a pool this request created when its provisioning fails or its
+      validation (stack check, sample job) fails or times out, so that it is not left billing. The
+      outcome says which was done (or why nothing was: workload pods already run on it).
     """
 
     max_payload_bytes: int = 65536
@@ -50,11 +85,11 @@ class PoolRequestPolicy:
     validate_timeout_s: int = 1200
     sample_job_timeout_s: int = 900
     sample_job_image: str = DEFAULT_SAMPLE_JOB_IMAGE
-    sample_job_args: tuple[str, ...] = ("--max_steps", "500")
-    sample_job_namespace: str = "default"
+    sample_job_args: tuple[str, ...] = ()
     default_taints: tuple[str, ...] = DEFAULT_TAINTS
     allowed_sizes: tuple[str, ...] = ()
     poll_interval_s: int = 15
+    failed_pool_action: str = "delete"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PoolRequestPolicy:
@@ -66,19 +101,27 @@ class PoolRequestPolicy:
             validate_timeout_s=env_int("POOL_REQUEST_VALIDATE_TIMEOUT_S", 1200, env=env, minimum=30),
             sample_job_timeout_s=env_int("POOL_REQUEST_SAMPLE_JOB_TIMEOUT_S", 900, env=env, minimum=30),
             sample_job_image=env_str("POOL_REQUEST_SAMPLE_JOB_IMAGE", DEFAULT_SAMPLE_JOB_IMAGE, env=env),
-            sample_job_args=env_list("POOL_REQUEST_SAMPLE_JOB_ARGS", ("--max_steps", "500"), env=env),
-            sample_job_namespace=env_str("POOL_REQUEST_SAMPLE_JOB_NAMESPACE", "default", env=env),
+            sample_job_args=env_list("POOL_REQUEST_SAMPLE_JOB_ARGS", (), env=env),
             default_taints=env_list("POOL_REQUEST_DEFAULT_TAINTS", DEFAULT_TAINTS, env=env),
             allowed_sizes=env_list("POOL_REQUEST_ALLOWED_SIZES", (), env=env),
             poll_interval_s=env_int("POOL_REQUEST_POLL_INTERVAL_S", 15, env=env, minimum=1, maximum=3600),
+            failed_pool_action=env_choice("POOL_REQUEST_FAILED_POOL_ACTION", "delete", ("delete", "scaleToZero"),
+                                          env=env),
         )
         policy.check()
         return policy
 
     def check(self) -> None:
-        """Refuse taints and sizes that validation would refuse in a request (errors name the setting)."""
+        """Refuse taints and sizes that validation would refuse in a request, and a sample-job image that
+        is not pinned by digest (errors name the setting)."""
         from shared import gpu_sizes
         from shared.pool_request import parse_taint
+
+        problem = pinned_image_problem(self.sample_job_image)
+        if problem is not None:
+            raise SettingError(f"setting POOL_REQUEST_SAMPLE_JOB_IMAGE is {self.sample_job_image!r}: {problem}; write "
+                               "<registry>/<repository>@sha256:<digest> (get the digest of a tag with `crane digest "
+                               "<image:tag>`)")
 
         for taint in self.default_taints:
             if parse_taint(taint) is None:

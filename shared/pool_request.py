@@ -16,6 +16,7 @@ The JSON Schema in schemas/pool-request.v1.json documents the same shape for cal
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Iterable
@@ -135,6 +136,8 @@ class Rejection:
     cluster: str | None = None
     pool_name: str | None = None
     digest: str = ""  # sha256 of the raw message (keys the ledger entry when request_id is None)
+    size: int = 0  # bytes of the raw message
+    head: str = ""  # its first HEAD_BYTES bytes, escaped to printable ASCII (see escape_head)
 
     @property
     def message(self) -> str:
@@ -153,6 +156,7 @@ class ValidatedRequest:
     request: PoolRequest
     size: gpu_sizes.GpuSize
     fingerprint: str  # sha256 of the normalised request: tells a re-delivery from a reused id
+    claimed_requester: str = ""  # the message's own ``requester`` when the queue's team replaced it
 
     @property
     def request_id(self) -> str:
@@ -161,20 +165,20 @@ class ValidatedRequest:
 
 # ------------------------------------------------------------------------------- patterns
 
-REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-REQUESTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}$")
-POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+REQUESTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}\Z")
+POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}\Z")
 CLUSTER_ID = re.compile(
     r"^/subscriptions/(?P<sub>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
     r"/resourceGroups/(?P<rg>[-\w.()]{0,89}[-\w()])"
-    r"/providers/Microsoft\.ContainerService/managedClusters/(?P<name>[A-Za-z0-9][-_A-Za-z0-9]{0,62})$",
+    r"/providers/Microsoft\.ContainerService/managedClusters/(?P<name>[A-Za-z0-9][-_A-Za-z0-9]{0,62})\Z",
     re.IGNORECASE | re.ASCII,
 )
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-TAINT = re.compile(r"^(?P<key>[^=:\s]+)(=(?P<value>[^:\s]*))?:(?P<effect>[A-Za-z]+)$")
+_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*\Z")
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
+TAINT = re.compile(r"^(?P<key>[^=:\s]+)(=(?P<value>[^:\s]*))?:(?P<effect>[A-Za-z]+)\Z")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 RESERVED_LABEL_DOMAINS = ("kubernetes.azure.com", "kubernetes.io", "k8s.io")
 RESERVED_TAG_PREFIXES = ("microsoft", "azure", "windows")
@@ -197,45 +201,87 @@ def _show(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+HEAD_BYTES = 256
+"""How much of a rejected message is kept (record and Rejected event), so an operator sees what was sent."""
+
+
+def message_bytes(raw: bytes | str) -> bytes:
+    """The message as the bytes that were sent (a str from the trigger is UTF-8; lone surrogates kept)."""
+    return raw.encode("utf-8", errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
+
+
+def escape_head(data: bytes, limit: int = HEAD_BYTES) -> str:
+    """The first ``limit`` bytes as printable ASCII: other bytes (and ``\\``) become ``\\xNN``.
+
+    Safe to put in a table row, a CloudEvent, a log line or a terminal: no control character, no
+    newline, no markup survives, and the bytes can be recovered exactly.
+    """
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in data[:limit])
+
+
+def evidence(raw: bytes | str) -> dict[str, Any]:
+    """``digest`` (sha256 hex), ``size`` and ``head`` of a message, the fields a Rejection carries."""
+    data = message_bytes(raw)
+    return {"digest": hashlib.sha256(data).hexdigest(), "size": len(data), "head": escape_head(data)}
+
+
 # ------------------------------------------------------------------------------- entry point
 
 
 def parse_and_validate(raw: bytes | str, *, policy: PoolRequestPolicy,
-                       in_scope: Callable[[str], bool]) -> ValidatedRequest | Rejection:
+                       in_scope: Callable[[str], bool], requester: str | None = None) -> ValidatedRequest | Rejection:
     """Decide whether ``raw`` is a valid version-1 pool request.
 
     ``in_scope(cluster_id)`` says whether the cluster belongs to the fleet this app manages; it is
     called only with a well-formed cluster ARM id. It may do I/O (a tag lookup) and may raise
     Throttled/Transient, which the caller lets through so that the queue retries the message.
+
+    ``requester``: who really asked, known from the queue the message came from (shared.teams).
+    It replaces the message's own ``requester`` in the result (and in a rejection), so the record,
+    the fingerprint and the pool's requester tag name the team; the message's claim is kept as
+    ``claimed_requester`` and used for nothing else.
     """
-    data = raw.encode("utf-8", errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
-    digest = hashlib.sha256(data).hexdigest()
+    result = _parse_and_validate(raw, policy=policy, in_scope=in_scope)
+    if requester is None:
+        return result
+    if isinstance(result, Rejection):
+        return dataclasses.replace(result, requester=requester)
+    claimed = result.request.requester
+    request = msgspec.structs.replace(result.request, requester=requester)
+    fingerprint = hashlib.sha256(msgspec.json.encode(request, order="sorted")).hexdigest()
+    return ValidatedRequest(request, result.size, fingerprint, claimed_requester=claimed)
+
+
+def _parse_and_validate(raw: bytes | str, *, policy: PoolRequestPolicy,
+                        in_scope: Callable[[str], bool]) -> ValidatedRequest | Rejection:
+    data = message_bytes(raw)
+    seen = evidence(data)
     if len(data) > policy.max_payload_bytes:
         return Rejection((Problem("$", f"the message is {len(data)} bytes, over the limit of {policy.max_payload_bytes}",
                                   "send only the request fields; large values do not belong in a pool request"),),
-                         digest=digest)
+                         **seen)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return Rejection((Problem("$", "the message is not UTF-8 text", "send the request as UTF-8 encoded JSON"),),
-                         digest=digest)
+                         **seen)
     try:
         obj = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError) as exc:
         return Rejection((Problem("$", f"the message is not valid JSON ({_short_error(exc)})",
-                                  "send one JSON object, e.g. {\"schemaVersion\": \"1\", ...}"),), digest=digest)
+                                  "send one JSON object, e.g. {\"schemaVersion\": \"1\", ...}"),), **seen)
     if not isinstance(obj, dict):
         return Rejection((Problem("$", f"the message is JSON {type(obj).__name__}, not an object",
-                                  "send one JSON object with the request fields"),), digest=digest)
+                                  "send one JSON object with the request fields"),), **seen)
 
     ids = _readable_ids(obj)
     version = obj.get("schemaVersion")
     if version is None:
         return Rejection((Problem("schemaVersion", "is missing",
-                                  f"set \"schemaVersion\": \"{SCHEMA_VERSION}\""),), digest=digest, **ids)
+                                  f"set \"schemaVersion\": \"{SCHEMA_VERSION}\""),), **seen, **ids)
     if version not in KNOWN_SCHEMA_VERSIONS:
         return Rejection((Problem("schemaVersion", f"{_show(version)} is not a schema version this service understands",
-                                  f"use one of {', '.join(KNOWN_SCHEMA_VERSIONS)}"),), digest=digest, **ids)
+                                  f"use one of {', '.join(KNOWN_SCHEMA_VERSIONS)}"),), **seen, **ids)
 
     problems: list[Problem] = []
     _check_shape(obj, PoolRequest, "", problems)
@@ -251,7 +297,7 @@ def parse_and_validate(raw: bytes | str, *, policy: PoolRequestPolicy,
     present = {key for key, value in obj.items() if value is not None}
     size = _check_rules(fields, present=present, policy=policy, in_scope=in_scope, problems=problems)
     if problems or request is None or size is None:
-        return Rejection(tuple(_dedupe(problems)), digest=digest, **ids)
+        return Rejection(tuple(_dedupe(problems)), **seen, **ids)
 
     normalised = _with_defaults(request, policy)
     fingerprint = hashlib.sha256(msgspec.json.encode(normalised, order="sorted")).hexdigest()
@@ -278,7 +324,7 @@ def _readable_ids(obj: dict[str, Any]) -> dict[str, str | None]:
 
     def pick(key: str, pattern: re.Pattern[str]) -> str | None:
         value = obj.get(key)
-        return value if isinstance(value, str) and pattern.match(value) else None
+        return value if isinstance(value, str) and pattern.fullmatch(value) else None
 
     return {"request_id": pick("requestId", REQUEST_ID), "requester": pick("requester", REQUESTER),
             "cluster": pick("cluster", CLUSTER_ID), "pool_name": pick("poolName", POOL_NAME)}
@@ -388,17 +434,17 @@ def _check_rules(f: dict[str, Any], *, present: set[str], policy: PoolRequestPol
     add = problems.append
 
     request_id = f.get("requestId")
-    if isinstance(request_id, str) and not REQUEST_ID.match(request_id):
+    if isinstance(request_id, str) and not REQUEST_ID.fullmatch(request_id):
         add(Problem("requestId", f"{_show(request_id)} is not a valid request id",
                     "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (a UUID is fine)"))
     requester = f.get("requester")
-    if isinstance(requester, str) and not REQUESTER.match(requester):
+    if isinstance(requester, str) and not REQUESTER.fullmatch(requester):
         add(Problem("requester", f"{_show(requester)} is not a valid requester",
                     "use an e-mail, UPN, object id or team slug: 1-128 of letters, digits, '@', '.', '_', '+', '-'"))
 
     cluster = f.get("cluster")
     if isinstance(cluster, str):
-        if not CLUSTER_ID.match(cluster):
+        if not CLUSTER_ID.fullmatch(cluster):
             add(Problem("cluster", f"{_show(cluster)} is not an AKS cluster ARM id",
                         "use /subscriptions/<guid>/resourceGroups/<rg>/providers/"
                         "Microsoft.ContainerService/managedClusters/<name>"))
@@ -407,7 +453,7 @@ def _check_rules(f: dict[str, Any], *, present: set[str], policy: PoolRequestPol
                         "ask the fleet operators to add the cluster (tag or FLEET_CLUSTERS), or target a cluster in scope"))
 
     pool_name = f.get("poolName")
-    if isinstance(pool_name, str) and not POOL_NAME.match(pool_name):
+    if isinstance(pool_name, str) and not POOL_NAME.fullmatch(pool_name):
         add(Problem("poolName", f"{_show(pool_name)} is not a valid AKS node pool name",
                     "use 1-12 lowercase letters and digits, starting with a letter (e.g. 'gpunp')"))
 
@@ -431,6 +477,11 @@ def _check_rules(f: dict[str, Any], *, present: set[str], policy: PoolRequestPol
 
 def _check_size(vm_size: Any, policy: PoolRequestPolicy, problems: list[Problem]) -> gpu_sizes.GpuSize | None:
     if not isinstance(vm_size, str):
+        return None
+    if vm_size != vm_size.strip() or _CONTROL.search(vm_size):
+        # gpu_sizes.lookup forgives surrounding blanks; a request must still say exactly one size.
+        problems.append(Problem("vmSize", f"{_show(vm_size)} has leading or trailing whitespace or control characters",
+                                "send the size name alone, e.g. \"Standard_NC4as_T4_v3\""))
         return None
     kind = gpu_sizes.classify(vm_size)
     size = gpu_sizes.lookup(vm_size)
@@ -526,11 +577,11 @@ def _check_mig(mig: Any, profile: Any, size: gpu_sizes.GpuSize | None, problems:
 
 def parse_taint(text: str) -> tuple[str, str, str] | None:
     """``key=value:Effect`` (or ``key:Effect``) as (key, value, effect); None when malformed."""
-    m = TAINT.match(text)
+    m = TAINT.fullmatch(text)
     if not m or m.group("effect") not in TAINT_EFFECTS:
         return None
     key, value = m.group("key"), m.group("value") or ""
-    if _qualified_name_problem(key) or not _LABEL_VALUE.match(value) or len(value) > 63:
+    if _qualified_name_problem(key) or not _LABEL_VALUE.fullmatch(value) or len(value) > 63:
         return None
     return key, value, m.group("effect")
 
@@ -560,9 +611,9 @@ def _check_taints(taints: Any, problems: list[Problem]) -> None:
 def _qualified_name_problem(key: str) -> str | None:
     """Why ``key`` is not a Kubernetes qualified name (``[prefix/]name``), or None."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         return "its prefix must be a DNS subdomain (lowercase, e.g. team.example.com/)"
-    if not name or len(name) > 63 or not _NAME_PART.match(name):
+    if not name or len(name) > 63 or not _NAME_PART.fullmatch(name):
         return "its name must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
     return None
 
@@ -588,7 +639,7 @@ def _check_labels(labels: Any, problems: list[Problem]) -> None:
         elif _reserved_domain(key):
             problems.append(Problem(where, "uses a reserved prefix (kubernetes.azure.com/, kubernetes.io/, k8s.io/)",
                                     "AKS and Kubernetes own those labels; use your own prefix, e.g. team.example.com/"))
-        if len(value) > 63 or not _LABEL_VALUE.match(value):
+        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             problems.append(Problem(where, f"the value {_show(value)} is not a valid label value",
                                     "use at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"))
 

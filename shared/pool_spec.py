@@ -1,10 +1,19 @@
 """A validated pool request as the AgentPool body ARM expects (pure).
 
 The body is built by hand in ARM's camelCase rather than through SDK models so that exactly the
-fields we mean are sent and nothing else: the seed warns that the default install profile is
-documented both ways, so ``gpuProfile.driver`` and ``gpuProfile.nvidia.managementMode`` are always
-sent explicitly. ``migStrategy`` exists only in preview api-versions (aks-api.md §1), so it is sent
-only when MIG is asked for, and the caller is told to use the preview api-version then.
+fields we mean are sent and nothing else:
+
+- ``gpuProfile.driver`` is always sent explicitly (the seed warns that the default install profile
+  is documented both ways).
+- ``gpuProfile.nvidia`` is sent only for the managed install profile. It is the managed GPU
+  experience's block (a preview feature, ``ManagedGPUExperiencePreview``); driver-only and
+  no-driver pools carry no ``nvidia`` block at all.
+- Managed MIG is sent the way api-version 2026-08-02-preview documents it
+  (examples/AgentPoolsCreate_SingleMIG.json): ``nvidia.migStrategy`` plus ``nvidia.migProfiles``,
+  and *no* top-level ``gpuInstanceProfile``, which the spec declares mutually exclusive with
+  ``migProfiles``. Those fields exist only in preview api-versions (aks-api.md §1), so such a body is
+  PUT with the preview api-version (:func:`needs_preview`). Classic MIG (a profile without a managed
+  strategy, for driver-only pools) keeps the top-level ``gpuInstanceProfile`` of every api-version.
 
 The steward's tags on the pool (request id, requester) are how a later step recognises a pool it
 created itself after a crash between "PUT sent" and "record saved".
@@ -27,14 +36,39 @@ TAG_MANAGED_GPU = "EnableManagedGPUExperience"  # the older node-pool tag AgentB
 SPOT_TAINT = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"  # AKS adds it to every spot pool
 
 
+# Fields that only preview api-versions have (aks-api.md §1); a body carrying one is PUT on the preview version.
+PREVIEW_ONLY_GPU_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("gpuProfile", "driverType"),
+    ("gpuProfile", "nvidia", "migStrategy"),
+    ("gpuProfile", "nvidia", "migProfiles"),
+    ("gpuProfile", "nvidia", "driverMode"),
+)
+
+
+def needs_preview(properties: Mapping[str, Any]) -> bool:
+    """Whether an AgentPool body carries a field only the preview api-version has."""
+    for path in PREVIEW_ONLY_GPU_FIELDS:
+        cur: Any = properties
+        for key in path:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        if cur is not None:
+            return True
+    return False
+
+
 def gpu_profile(req: PoolRequest) -> dict[str, Any]:
     """``gpuProfile`` for the request's install profile.
 
-    managed: driver Install + Managed; driverOnly: Install + Unmanaged; none: driver None + Unmanaged.
+    managed: ``{"driver": "Install", "nvidia": {"managementMode": "Managed"[, "migStrategy", "migProfiles"]}}``;
+    driverOnly: ``{"driver": "Install"}``; none: ``{"driver": "None"}`` (no ``nvidia`` block).
     """
+    if req.install_profile != "managed":
+        return {"driver": req.driver}
     nvidia: dict[str, Any] = {"managementMode": req.management_mode}
     if req.mig_strategy != "None":
         nvidia["migStrategy"] = req.mig_strategy
+        if req.mig_profile:
+            nvidia["migProfiles"] = [req.mig_profile]
     return {"driver": req.driver, "nvidia": nvidia}
 
 
@@ -63,8 +97,8 @@ def agent_pool_body(req: PoolRequest) -> tuple[dict[str, Any], bool]:
                      count=req.autoscale.min)
     else:
         props.update(enableAutoScaling=False, count=req.node_count)
-    if req.mig_profile:
-        props["gpuInstanceProfile"] = req.mig_profile
+    if req.mig_profile and req.mig_strategy == "None":
+        props["gpuInstanceProfile"] = req.mig_profile  # classic MIG; managed MIG uses nvidia.migProfiles
     if req.zones:
         props["availabilityZones"] = list(req.zones)
     if req.max_pods is not None:
@@ -72,7 +106,7 @@ def agent_pool_body(req: PoolRequest) -> tuple[dict[str, Any], bool]:
     if req.spot_enabled and req.spot is not None:
         props.update(scaleSetPriority="Spot", scaleSetEvictionPolicy=req.spot.eviction_policy,
                      spotMaxPrice=req.spot.max_price)
-    return {"properties": props}, req.mig_strategy != "None"
+    return {"properties": props}, needs_preview(props)
 
 
 def pool_taints(req: PoolRequest) -> list[tuple[str, str, str]]:
@@ -105,13 +139,21 @@ def spec_differences(properties: Mapping[str, Any], req: PoolRequest) -> list[st
     # A pool read with a stable api-version does not show migStrategy (a preview field): compare it
     # only when the read shows it.
     have_mig = str(have_nvidia.get("migStrategy") or "None") if "migStrategy" in have_nvidia else \
-        want_gpu["nvidia"].get("migStrategy", "None")
+        want_gpu.get("nvidia", {}).get("migStrategy", "None")
     if have_driver != want_gpu["driver"]:
         out.append(f"gpuProfile.driver is {have_driver!r}, the request asks {want_gpu['driver']!r}")
-    if have_mode != want_gpu["nvidia"]["managementMode"]:
-        out.append(f"managementMode is {have_mode!r}, the request asks {want_gpu['nvidia']['managementMode']!r}")
-    if have_mig != want_gpu["nvidia"].get("migStrategy", "None"):
-        out.append(f"migStrategy is {have_mig!r}, the request asks {want_gpu['nvidia'].get('migStrategy', 'None')!r}")
+    want_mode = want_gpu.get("nvidia", {}).get("managementMode", "Unmanaged")
+    if have_mode != want_mode:
+        out.append(f"managementMode is {have_mode!r}, the request asks {want_mode!r}")
+    want_mig = want_gpu.get("nvidia", {}).get("migStrategy", "None")
+    if have_mig != want_mig:
+        out.append(f"migStrategy is {have_mig!r}, the request asks {want_mig!r}")
+    have_profiles = have_nvidia.get("migProfiles") or ([properties["gpuInstanceProfile"]]
+                                                       if properties.get("gpuInstanceProfile") else [])
+    if "migProfiles" in have_nvidia or properties.get("gpuInstanceProfile"):
+        want_profiles = [req.mig_profile] if req.mig_profile else []
+        if list(have_profiles) != want_profiles:
+            out.append(f"the MIG profile is {list(have_profiles)!r}, the request asks {want_profiles!r}")
     return out
 
 

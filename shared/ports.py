@@ -153,12 +153,28 @@ class PodView(msgspec.Struct, frozen=True):
         return None
 
 
+EVICTED, EVICTION_BLOCKED, EVICTION_GONE = "evicted", "blocked", "gone"
+NAMESPACE_TERMINATING, MULTIPLE_PDBS = "namespace_terminating", "multiple_pdbs"
+
+
 class EvictionResult(msgspec.Struct, frozen=True):
-    """What the Eviction API answered: ``evicted``, ``blocked`` (429, a PDB), ``gone`` (404)."""
+    """What the Eviction API answered, classified by the adapter from status, reason and causes.
+
+    ``evicted`` (201); ``gone`` (404); ``blocked``: a disruption budget refused it for now — 429
+    (no disruption allowed, or the PDB not yet observed: ``retry_after``) or 403 from the budget
+    (``disruptionsAllowed`` below 0, ``DisruptedPods`` over its cap), retried within the drain
+    policy; ``namespace_terminating``: 403 with cause ``NamespaceTerminating`` — the namespace
+    controller deletes the pod, so the drain waits for it to go (as kubectl drain does);
+    ``multiple_pdbs``: 500, the pod is covered by more than one PDB, which the Eviction API never
+    supports — not transient, the drain stops and reports it (as kubectl does). ``pdb`` names the
+    budget when the answer says which (the 403's ``details.name``). Any other refusal (an RBAC 403)
+    is raised by the adapter as an error.
+    """
 
     outcome: str
     message: str = ""
     retry_after: float | None = None
+    pdb: str = ""
 
 
 class KubePort(Protocol):
@@ -171,15 +187,14 @@ class KubePort(Protocol):
 
     def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
                   label_selector: str = "") -> list[PodView]: ...
-    def get_pod(self, namespace: str, name: str) -> PodView | None: ...
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult: ...
     def list_pdbs(self, namespace: str | None = None) -> list[Mapping[str, Any]]: ...
     def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
                      action: str = "", correlation_id: str = "") -> None:
         """Best effort: never raises (events are auxiliary)."""
 
-    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str = "kube-node-lease") -> bool: ...
-    def release_lease(self, name: str, *, holder: str, namespace: str = "kube-node-lease") -> None: ...
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str | None = None) -> bool: ...
+    def release_lease(self, name: str, *, holder: str, namespace: str | None = None) -> None: ...
     def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         """Create any supported object (Job, Karpenter NodePool/AKSNodeClass...); Conflict if it exists."""
 
@@ -187,7 +202,10 @@ class KubePort(Protocol):
         """Create, or replace if it exists (server-side desired state)."""
 
     def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None: ...
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None: ...
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None: ...
+    def delete_nodeclaim(self, *, node_name: str, provider_id: str) -> str | None:
+        """Delete the Karpenter NodeClaim behind a node (node auto-provisioning); its name, None if none."""
 
 
 # --------------------------------------------------------------------------- ARM views
@@ -243,10 +261,15 @@ class AksPort(Protocol):
     def get_cluster(self, cluster_id: str) -> ClusterInfo: ...
     def list_pools(self, cluster_id: str) -> list[PoolInfo]: ...
     def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None: ...
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
-        """Start a create-or-update; returns once ARM accepted it (does not wait for the LRO)."""
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+                       etag: str | None = None, create_only: bool = False) -> None:
+        """Start a create-or-update; returns once ARM accepted it (does not wait for the LRO).
 
-    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False) -> None: ...
+        ``etag``: send ``If-Match`` with the pool's ``properties.eTag`` as read (412 -> Conflict).
+        ``create_only``: send ``If-None-Match: *``, so an existing pool is never replaced (412 -> Conflict)."""
+
+    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False,
+                          etag: str | None = None) -> None: ...
     def begin_delete_machines(self, cluster_id: str, pool: str, machines: Sequence[str]) -> None: ...
     def list_machines(self, cluster_id: str, pool: str) -> list[MachineInfo]: ...
     def list_maintenance_configurations(self, cluster_id: str) -> list[Mapping[str, Any]]: ...
@@ -257,13 +280,27 @@ class AksPort(Protocol):
 class ComputePort(Protocol):
     """Microsoft.Compute VMSS VM operations in a cluster's node resource group (shared/compute.py)."""
 
-    def begin_restart(self, vm_resource_id: str) -> None: ...
-    def begin_reimage(self, vm_resource_id: str) -> None: ...
+    def begin_restart(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:
+        """``cluster_id``: the cluster the caller acts for. As handed out by ClusterAccess the port is
+        gated (shared.gate.GatedCompute), which then requires the VM in that cluster's own
+        subscription and node resource group; the bare adapter ignores it."""
+
+    def begin_reimage(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None: ...
 
 
 class EventsPort(Protocol):
     def publish(self, *, type_: str, subject: str, data: Mapping[str, Any], id_: str | None = None) -> None:
         """Publish one CloudEvent. Raises Throttled/Transient; callers decide if it is best effort."""
+
+
+class NudgePort(Protocol):
+    def nudge_at(self, when: float, *, hint: str) -> None:
+        """Wake the reconciler at fleet time ``when`` (not before), through a delayed nudge message.
+
+        A wake-up is only a hint: the reconciler looks at every due record whatever woke it, so a
+        duplicate or early one is harmless. Raises Transient (or another StewardError) on failure;
+        callers treat that as non-fatal, since the safety-net timer still runs.
+        """
 
 
 class ClusterAccess(Protocol):

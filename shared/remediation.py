@@ -30,8 +30,20 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared import breaker, budget, drain, health
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
+from shared import breaker, budget, drain, health, node_fate, node_truth
+from shared.compute import VmActionDenied, VmActionImpossible
+from shared.errors import (
+    AllocationFailed,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    OperationInProgress,
+    QuotaExceeded,
+    StewardError,
+    Throttled,
+    Transient,
+)
 from shared.ports import EvictionResult, KubePort, NodeView, PoolInfo, Record
 from shared.remediation_policy import RemediationPolicy
 
@@ -56,18 +68,15 @@ ADMITTED_EV, CORDONED_EV, DRAINED_EV = "Admitted", "Cordoned", "Drained"
 RESTARTED_EV, REIMAGED_EV, REPLACED_EV = "Restarted", "Reimaged", "Replaced"
 RECOVERED_EV, REFUSED_EV, GAVE_UP_EV, FAILED_EV, DRY_RUN_EV = "Recovered", "Refused", "GaveUp", "Failed", "DryRun"
 RUNG_EVENTS: Mapping[str, str] = {"restart": RESTARTED_EV, "reimage": REIMAGED_EV, "replace": REPLACED_EV}
+GOING_AWAY = "GoingAway"  # refusal code: the platform is taking the node away (shared.node_fate)
 
 POOL_LABEL = "kubernetes.azure.com/agentpool"
-LEASE_NAMESPACE = "kube-node-lease"  # exists on every cluster; our lease names are prefixed
 SLOT_ORPHAN_S = 300.0  # a slot whose record never appeared is dropped after this
 _ADMIT_TRIES = 6
 _SURGE_FALLBACK_CODES = frozenset({"QuotaExceeded", "AllocationFailed", "ZonalAllocationFailed",
                                    "OverconstrainedAllocationRequest", "OverconstrainedZonalAllocationRequest",
                                    "SkuNotAvailable"})
 _BUSY_POOL_STATES = frozenset({"Creating", "Updating", "Scaling", "Deleting", "Upgrading"})
-# Agent pool properties ARM owns (never sent back in a PUT; nodeImageVersion would trigger a rollback).
-_READ_ONLY_POOL_PROPS = frozenset({"provisioningState", "powerState", "currentOrchestratorVersion", "nodeImageVersion",
-                                   "status", "virtualMachineNodesStatus", "eTag", "creationData"})
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]")
 _LEASELESS: set[str] = set()  # clusters without the lease namespace (warned once per process)
 
@@ -194,16 +203,28 @@ def _paused_reason(ctx: Context, tags: Mapping[str, str] | None, node: NodeView 
     return None
 
 
-def _refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str) -> str:
-    """Publish Refused once per (fault, reason code): the sweep re-reports the fault every minute."""
+def _refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
+            warn: tuple[KubePort, NodeView] | None = None) -> str:
+    """Publish Refused once per (fault, reason code): the sweep re-reports the fault every minute.
+
+    ``warn`` also posts a Warning event on the node, in its own cluster (for refusals an operator of
+    that cluster must see: a node that ARM contradicts, or one the platform is taking away)."""
     marker = Record(kind=DEDUPE_KIND, id=f"refused-{info['fault']}-{code}", state="seen",
-                    data={"reason": reason}, created_at=ctx.clock.now())
+                    data={"reason": reason, "reason_code": code, "cluster": info.get("cluster"),
+                          "node": info.get("node")}, created_at=ctx.clock.now())
     try:
         ctx.ledger.create(marker)
     except Conflict:
         return f"refused ({code}, already reported): {reason}"
     _publish(ctx, {**info, "id": ""}, REFUSED_EV, reason, key=f"{info['fault']}|{code}",
              extra={"reason_code": code, "reason": reason})
+    if warn is not None:
+        kube, node = warn
+        try:
+            kube.create_event(node=node, reason=f"StewardRefused{code}", message=f"remediation refused: {reason}",
+                              type_="Warning", action=REFUSED, correlation_id=str(info["fault"])[:24])
+        except StewardError as exc:
+            log.info("refusal event on %s not written: %s", node.name, exc)
     log.warning("remediation refused for %s/%s: %s", info.get("cluster"), info.get("node"), reason)
     return f"refused ({code}): {reason}"
 
@@ -252,7 +273,7 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
         return f"ignored: node {node_name} no longer exists"
     evaluation = health.evaluate([node], now=now, policy=policy)
     finding = next((f for f in evaluation.unhealthy if f.condition == condition), None)
-    info: dict[str, Any] = {"cluster": cluster_id, "node": node_name, "pool": node.pool, "condition": condition,
+    info: dict[str, Any] = {"cluster": cluster_id, "node": node_name, "pool": health.pool_of(node), "condition": condition,
                             "since": iso(finding.since if finding else since), "event_id": str(event.get("id", ""))}
     if finding is None:
         skipped = next((r for n, r in evaluation.skipped), None)
@@ -265,6 +286,16 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
     if finding.since > since + 1.0:
         return f"ignored: stale event ({condition} flapped since: now True since {iso(finding.since)})"
     info["fault"] = fault_id(cluster_id, node_name, condition, finding.since)
+    leaving = node_fate.going_away(node)
+    if leaving:
+        return _refuse(ctx, info, GOING_AWAY, f"{node_name} is being taken away by the platform: {leaving}",
+                       warn=(kube, node))
+    # Trust ARM, not the node: the pool it claims must be a User GPU pool in ARM, and its VM the one
+    # ARM lists for it, in this cluster's own node resource group (shared/node_truth.py).
+    verdict = _judge_node(ctx, cluster, node)
+    if not verdict.ok:
+        return _refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
+    info["vm_id"] = verdict.vm_id
     if breaker.is_stale(observed_at, fleet_breaker):
         return _refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
                                            f"{iso(fleet_breaker.reset_at)}: dropped with the backlog")
@@ -273,9 +304,37 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
                   breaker_open=fleet_breaker.is_open, policy=policy)
 
 
-def _pool_unavailable(kube: KubePort, pool: str, policy: RemediationPolicy) -> tuple[int, set[str]]:
+_TRUTH_TTL_S, _TRUTH_CAP = 60.0, 5000
+
+
+def _judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict:
+    """:func:`node_truth.resolve` for admission, remembered a minute per process.
+
+    The sweep re-reports a refused fault every minute; without this each report would cost two ARM
+    reads (the pool and its machines). A cached answer is safe here: admission only cordons, and the
+    VM action reads ARM again right before the call (:func:`_vm_id`). The key holds everything the
+    verdict depends on (the node's uid, providerID and claimed pool; the cluster's node resource
+    group and provisioning mode), so a changed node or cluster is judged afresh.
+    """
+    cache: dict[tuple[str, ...], tuple[float, node_truth.Verdict]] = ctx.extras.setdefault("remediation.node_truth", {})
+    key = (cluster.id.lower(), cluster.subscription, cluster.node_resource_group, cluster.node_provisioning_mode,
+           node.name, node.uid, node.provider_id, health.pool_of(node), str(health.is_karpenter_node(node)))
+    now = ctx.clock.now()
+    hit = cache.get(key)
+    if hit is not None and now - hit[0] < _TRUTH_TTL_S:
+        return hit[1]
+    verdict = node_truth.resolve(ctx.access.aks(), cluster, pool_name=health.pool_of(node), node_name=node.name,
+                                 provider_id=node.provider_id, nap=health.is_karpenter_node(node))
+    if len(cache) >= _TRUTH_CAP:
+        for stale in [k for k, (at, _) in cache.items() if now - at >= _TRUTH_TTL_S] or list(cache)[:_TRUTH_CAP // 2]:
+            cache.pop(stale, None)
+    cache[key] = (now, verdict)
+    return verdict
+
+
+def _pool_unavailable(kube: KubePort, selector: str, policy: RemediationPolicy) -> tuple[int, set[str]]:
     size, unavailable = 0, set()
-    for n in kube.list_nodes(label_selector=f"{POOL_LABEL}={pool}", page_size=policy.page_size):
+    for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
         size += 1
         if not n.ready or n.unschedulable:
             unavailable.add(n.name)
@@ -300,7 +359,8 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
            paused: str | None, breaker_open: bool, policy: RemediationPolicy) -> str:
     cluster_id, name, fault = info["cluster"], node.name, info["fault"]
     nk = node_key(cluster_id, name)
-    pool_size, unavailable_now = _pool_unavailable(kube, node.pool, policy)
+    pool = health.pool_of(node)
+    pool_size, unavailable_now = _pool_unavailable(kube, health.pool_selector(node), policy)
     for _ in range(_ADMIT_TRIES):
         now = ctx.clock.now()
         node_rec = ctx.ledger.get(NODE_KIND, nk)
@@ -325,7 +385,7 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
 
         budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
         slots = _live_slots(ctx, (budget_rec.data.get("slots") if budget_rec else {}) or {}, now)
-        in_pool = {s["node"] for s in slots.values() if s.get("cluster") == cluster_id and s.get("pool") == node.pool}
+        in_pool = {s["node"] for s in slots.values() if s.get("cluster") == cluster_id and s.get("pool") == pool}
         node_check = budget.node_admission(attempts=[float(a["at"]) for a in attempts],
                                            last_finished_at=last.updated_at if last is not None else None,
                                            now=now, policy=policy)
@@ -335,14 +395,14 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         admission = budget.admit(
             paused=paused, breaker_open=breaker_open,
             node=budget.Admission.ok(node_check.reason) if cap_reached else node_check,
-            pool=budget.pool_admission(pool=node.pool, pool_size=pool_size, unavailable=unavailable_now | in_pool,
+            pool=budget.pool_admission(pool=pool, pool_size=pool_size, unavailable=unavailable_now | in_pool,
                                        candidate=name, policy=policy),
             fleet=budget.fleet_admission(in_flight=len(slots), policy=policy),
         )
         if not admission.allowed:
             return _refuse(ctx, info, admission.code, admission.reason)
 
-        slots[rid] = {"cluster": cluster_id, "pool": node.pool, "node": name, "at": now}
+        slots[rid] = {"cluster": cluster_id, "pool": pool, "node": name, "at": now}
         try:
             if budget_rec is None:
                 ctx.ledger.create(Record(kind=BUDGET_KIND, id=BUDGET_ID, state="open", data={"slots": slots},
@@ -390,7 +450,9 @@ def _note_attempt(ctx: Context, node_rec: Record | None, nd: dict[str, Any], rec
 
 def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapping[str, Any], attempt: int,
                 policy: RemediationPolicy, now: float, instance: str, cap_reached: str = "") -> Record:
-    data = {"cluster": info["cluster"], "node": node.name, "node_uid": node.uid, "pool": node.pool,
+    data = {"cluster": info["cluster"], "node": node.name, "node_uid": node.uid, "pool": health.pool_of(node),
+            "pool_selector": health.pool_selector(node), "nap": health.is_karpenter_node(node),
+            "provider_id": node.provider_id, "arm_vm_id": str(info.get("vm_id") or ""),
             "condition": finding.condition, "since": iso(finding.since), "since_ts": finding.since,
             "fault": info["fault"], "event_id": info.get("event_id", ""), "attempt": attempt,
             "dry_run": policy.dry_run, "ladder": [] if cap_reached else list(policy.ladder), "rung_index": 0,
@@ -428,7 +490,7 @@ def advance(record: Record, ctx: Context) -> Record:
         return _stay(record, now=now, next_at=now + max(60, policy.poll_s), note=f"waiting: {paused}")
     if not dry and not _take_lease(kube, record, policy):
         return _stay(record, now=now, next_at=now + policy.poll_s,
-                     note=f"waiting: another actor holds the node lease {LEASE_NAMESPACE}/{_lease_name(d['node'])}")
+                     note=f"waiting: another actor holds the node lease {_lease_name(d['node'])}")
     step = {ADMITTED: _step_admitted, CORDONED: _step_cordoned, DRAINING: _step_draining,
             REPAIRING: _step_repairing, VERIFYING: _step_verifying}[record.state]
     try:
@@ -455,8 +517,8 @@ def _take_lease(kube: KubePort, record: Record, policy: RemediationPolicy) -> bo
     without the lease namespace (``NotFound``) degrades to that guarantee, with a warning.
     """
     try:
-        return kube.acquire_lease(_lease_name(record.data["node"]), holder=record.id, duration_s=policy.lease_s,
-                                  namespace=LEASE_NAMESPACE)
+        # in the app's own namespace (the adapter's; STEWARD_NAMESPACE), where its Role grants leases
+        return kube.acquire_lease(_lease_name(record.data["node"]), holder=record.id, duration_s=policy.lease_s)
     except NotFound as exc:
         cluster = str(record.data["cluster"])
         if cluster not in _LEASELESS:
@@ -481,14 +543,14 @@ def _cluster_tags(ctx: Context, cluster_id: str) -> Mapping[str, str]:
 
 
 def _finish(record: Record, ctx: Context, kube: KubePort, state: str, *, now: float, event: str, note: str,
-            **data: Any) -> Record:
+            extra: Mapping[str, Any] | None = None, **data: Any) -> Record:
     """End the remediation: free its budget slot and node lease, tell the operator."""
     done = _move(record, state, now=now, note=note, next_at=now, finished_at=now, **data)
     _release_slot(ctx, record.id)
     _drop_pool_turn(ctx, record)
     if not record.data.get("dry_run"):
         try:
-            kube.release_lease(_lease_name(record.data["node"]), holder=record.id, namespace=LEASE_NAMESPACE)
+            kube.release_lease(_lease_name(record.data["node"]), holder=record.id)
         except StewardError as exc:
             log.info("lease of %s not released (it expires): %s", record.data["node"], exc)
         node = kube.get_node(record.data["node"])
@@ -497,7 +559,7 @@ def _finish(record: Record, ctx: Context, kube: KubePort, state: str, *, now: fl
                 _annotate(kube, node, done, state, note)
             _kube_event(kube, node, done, f"Steward{state.title().replace('_', '')}", note,
                         "Normal" if state in (DONE, RELEASED) else "Warning")
-    _publish(ctx, done, event, note, key=state)
+    _publish(ctx, done, event, note, key=state, extra=extra)
     _metric(ctx, "remediations_total", 1, outcome=state, condition=record.data.get("condition"),
             rung=_rung(record) or None, dry_run=bool(record.data.get("dry_run")))
     if state == DONE and not record.data.get("dry_run"):
@@ -537,6 +599,12 @@ def _step_admitted(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
     if not _still_faulty(node, d):
         return _finish(record, ctx, kube, RELEASED, now=now, event=RECOVERED_EV,
                        note=f"{d['condition']} cleared before we touched the node: released")
+    leaving = node_fate.going_away(node)
+    if leaving:  # the platform started taking it away after the admission: not ours to touch
+        return _finish(record, ctx, kube, REFUSED, now=now, event=REFUSED_EV,
+                       note=f"refused ({GOING_AWAY}): the platform is taking {node.name} away ({leaving}); not cordoned",
+                       refusal={"code": GOING_AWAY, "reason": leaving},
+                       extra={"reason_code": GOING_AWAY, "reason": leaving})
     if d.get("dry_run"):
         note = f"dry run: would cordon {node.name} (marker {health.CORDONED_BY_LABEL}) and drain it"
         _publish(ctx, record, DRY_RUN_EV, note, key="cordon")
@@ -595,14 +663,19 @@ def _step_draining(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
     if node is None or node.uid != d["node_uid"]:
         return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, note="the node disappeared during the drain")
     pods = kube.list_pods(node_name=node.name)
+    previous = drain.DrainState.from_data(d.get("drain"))
+    # PDBs are read when the drain starts (a pod under two PDBs refuses the node before any eviction)
+    # and while a budget refuses a pod (the stall report names the PDB and its status).
+    pdbs = drain.fetch_pdbs(kube) if d.get("dry_run") or previous.started_at is None or previous.blocked else None
     if d.get("dry_run"):
-        plan = drain.plan_drain(pods, policy)
+        plan = drain.plan_drain(pods, policy, now=now, pdbs=pdbs)
+        refusal = plan.refusal()
         note = (f"dry run: would evict {len(plan.evict)} pods ({', '.join(f'{p.namespace}/{p.name}' for p in plan.evict[:10])}), "
-                f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}")
+                f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}"
+                + (f"; would refuse the node and evict nothing: {refusal}" if refusal else ""))
         _publish(ctx, record, DRY_RUN_EV, note, key="drain")
         return _move(record, REPAIRING, now=now, note=note, rung_index=0, rung_phase="start")
-    previous = drain.DrainState.from_data(d.get("drain"))
-    state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy)
+    state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy, pdbs=pdbs)
     by_uid = {p.uid: p for p in pods}
 
     def evict(action: drain.Evict) -> EvictionResult:
@@ -618,22 +691,28 @@ def _step_draining(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
         state = drain.record_eviction(state, action, result, now=now,
                                       grace=pod.grace_period_seconds if pod else None, policy=policy)
     new_blocks = [m for k, m in state.messages.items() if previous.messages.get(k) != m and k != "_deadline"]
-    for message in new_blocks[:3]:
-        _kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
-    if state.outcome == "drained":
+    if state.outcome not in (drain.REFUSED, drain.STALLED):
+        for message in new_blocks[:3]:
+            _kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
+    if state.outcome == drain.DRAINED:
         started = float(d.get("drain_started_at") or now)
         _metric(ctx, "drain_time_s", now - started)
         note = f"drained in {now - started:.0f}s"
         _kube_event(kube, node, record, "StewardDrained", note)
         _publish(ctx, record, DRAINED_EV, note)
         return _move(record, REPAIRING, now=now, note=note, drain=state.to_data(), rung_index=0, rung_phase="start")
-    if state.outcome == "timed_out":
-        message = state.messages.get("_deadline", "drain deadline reached")
+    if state.outcome in (drain.TIMED_OUT, drain.REFUSED, drain.STALLED):
+        message = state.reason or state.messages.get("_deadline", "drain deadline reached")
+        if state.outcome != drain.TIMED_OUT:  # say why before the fallback's own event
+            _kube_event(kube, node, record, "StewardDrainRefused" if state.outcome == drain.REFUSED
+                        else "StewardDrainBlocked", message, "Warning")
         if policy.drain_fallback == "release":
             _uncordon_if_ours(kube, record)
             return _finish(record, ctx, kube, RELEASED, now=now, event=FAILED_EV, drain=state.to_data(),
+                           drain_outcome=state.outcome,
                            note=f"{message}; fallback release: uncordoned (if we cordoned it), nothing repaired")
         return _finish(record, ctx, kube, GAVE_UP, now=now, event=GAVE_UP_EV, drain=state.to_data(),
+                       drain_outcome=state.outcome,
                        note=f"{message}; fallback hold: the node stays cordoned, move or evict these pods, then "
                             f"uncordon or repair it yourself")
     wake = state.wake_at if state.wake_at is not None else now + policy.poll_s
@@ -644,20 +723,28 @@ def _step_draining(record: Record, ctx: Context, *, kube: KubePort, policy: Reme
 # --------------------------------------------------------------------------- the ladder
 
 
-def _vm_id(ctx: Context, node: NodeView | None, d: Mapping[str, Any]) -> str | None:
-    if d.get("vm_id"):
-        return str(d["vm_id"])
-    if node is not None and node.provider_id.startswith("azure://"):
-        return node.provider_id[len("azure://"):]
-    for machine in ctx.access.aks().list_machines(d["cluster"], d["pool"]):
-        if machine.name == d["node"]:
-            return machine.resource_id
-    return None
+def _vm_id(ctx: Context, node: NodeView | None, d: Mapping[str, Any]) -> node_truth.Verdict:
+    """The VM to restart or reimage, from ARM, re-checked right before the call (never the node's word).
+
+    ARM's machines of the record's pool give the VM; it must be in the cluster's own subscription and
+    node resource group, and the node's providerID must name it (the one recorded at admission when
+    the node is not registered right now, e.g. while it is being reimaged). See shared/node_truth.py.
+    """
+    aks = ctx.access.aks()
+    cluster = aks.get_cluster(d["cluster"])
+    provider_id = node.provider_id if node is not None else str(d.get("provider_id") or "")
+    return node_truth.resolve(aks, cluster, pool_name=str(d["pool"]), node_name=str(d["node"]),
+                              provider_id=provider_id, nap=False)
 
 
-def _busy(exc: Invalid) -> bool:
-    """ARM's "another operation is in progress": wait and try again, it is not an answer about us."""
-    return exc.code == "OperationNotAllowed" and "in progress" in str(exc).lower()
+def _refuse_untrusted(record: Record, ctx: Context, kube: KubePort, *, now: float,
+                      verdict: node_truth.Verdict) -> Record:
+    """End a remediation whose node ARM contradicts: Refused (with the code), a Warning on the node, no
+    VM action. A cordon of ours stays for an operator: the node's identity is in doubt."""
+    return _finish(record, ctx, kube, REFUSED, now=now, event=REFUSED_EV,
+                   note=f"refused ({verdict.code}): {verdict.reason}; no VM was touched",
+                   refusal={"code": verdict.code, "reason": verdict.reason},
+                   extra={"reason_code": verdict.code, "reason": verdict.reason})
 
 
 def _next_rung(record: Record, ctx: Context, kube: KubePort, *, now: float, why: str) -> Record:
@@ -670,7 +757,30 @@ def _next_rung(record: Record, ctx: Context, kube: KubePort, *, now: float, why:
         return _give_up(record, ctx, kube, now=now, note=f"every rung failed (last: {rung}: {why}); the node stays cordoned")
     _drop_pool_turn(ctx, record)
     return _move(record, REPAIRING, now=now, note=f"{rung} failed ({why}); escalating to {ladder[i]}",
-                 rung_index=i, rung_phase="start", replace={})
+                 rung_index=i, rung_phase="start", replace={}, rung_entered_at=now)
+
+
+def _escalate_to_replace(record: Record, ctx: Context, kube: KubePort, *, now: float, code: str, why: str) -> Record:
+    """A rung Azure denies (403: RBAC, a deny assignment such as node resource group lockdown, a policy)
+    or cannot do on this VM (409: e.g. a deallocated spot VM) will not work on retry, and neither will
+    the next VM-level rung: go straight to ``replace``, which goes through the AKS API (deleteMachines,
+    or the NodeClaim on node auto-provisioning), with the reason in the record and the events."""
+    d = record.data
+    rung = _rung(record)
+    ladder = list(d.get("ladder") or [])
+    i = int(d.get("rung_index") or 0)
+    escalation = {"from": rung, "code": code, "reason": why[:500], "at": now}
+    message = f"{rung} is not possible on this node ({code}: {why[:300]})"
+    _kube_event(kube, d["node"], record, "StewardRungDenied", message, "Warning")
+    if "replace" not in ladder[i + 1:]:
+        record = msgspec.structs.replace(record, data={**d, "escalation": escalation})
+        return _give_up(record, ctx, kube, now=now,
+                        note=f"{message}; no replace rung left on the ladder (REMEDIATION_LADDER): the node stays "
+                             f"cordoned")
+    _drop_pool_turn(ctx, record)
+    return _move(record, REPAIRING, now=now, note=f"{message}; escalating to replace through the AKS API",
+                 rung_index=ladder.index("replace", i + 1), rung_phase="start", replace={}, rung_entered_at=now,
+                 escalation=escalation)
 
 
 def _give_up(record: Record, ctx: Context, kube: KubePort, *, now: float, note: str) -> Record:
@@ -681,6 +791,49 @@ def _give_up(record: Record, ctx: Context, kube: KubePort, *, now: float, note: 
     return _finish(record, ctx, kube, GAVE_UP, now=now, event=GAVE_UP_EV, note=note)
 
 
+class _BestEffortKube:
+    """The node's cluster for the clean-up of a record that is given up: a call that fails is logged and
+    skipped (the permanent error that led here may well be the cluster's own answer)."""
+
+    def __init__(self, ctx: Context, cluster_id: str) -> None:
+        self._kube: KubePort | None = None
+        try:
+            self._kube = ctx.access.kube(cluster_id)
+        except StewardError as exc:
+            log.info("cluster %s not reachable for the give-up clean-up: %s", cluster_id, exc)
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._kube, name, None) if self._kube is not None else None
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if target is None:
+                return None
+            try:
+                return target(*args, **kwargs)
+            except StewardError as exc:
+                log.info("give-up clean-up: %s failed: %s", name, exc)
+                return None
+        return call
+
+
+def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
+    """The reconciler's hook after RECONCILE_MAX_PERMANENT_TRIES permanent errors in a row: ``gave_up``.
+
+    Same ending as a ladder that ran out (:func:`_give_up`): the budget slot, the pool's replace turn
+    and the node lease are released, a GaveUp event and a Warning on the node say why. A node the app
+    cordoned stays cordoned for an operator (our marker tells them whose cordon it is); a node someone
+    else cordoned, or that was never cordoned, is left exactly as it is. Clean-up calls to the cluster
+    are best effort: the permanent error may be the cluster's own refusal.
+    """
+    if record.state not in ACTIVE_STATES:
+        return record
+    now = ctx.clock.now()
+    kube: Any = _BestEffortKube(ctx, str(record.data.get("cluster") or ""))
+    held = ("the node stays cordoned (the app cordoned it) for an operator" if record.data.get("cordoned_by_us")
+            else "the node is left as it was")
+    return _give_up(record, ctx, kube, now=now, note=f"{reason}; gave up: {held}")
+
+
 def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
     d = record.data
     rung = _rung(record)
@@ -689,14 +842,35 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
     if d.get("dry_run"):
         note = f"dry run: would {rung} {d['node']} (ladder {', '.join(d.get('ladder') or [])}); nothing was changed"
         return _finish(record, ctx, kube, DONE, now=now, event=DRY_RUN_EV, note=note)
+    if d.get("rung_entered_at") is None:  # the first step of the ladder's first rung
+        record = msgspec.structs.replace(record, data={**d, "rung_entered_at": now})
+        d = record.data
+    entered = float(d["rung_entered_at"])
+    if d.get("rung_phase", "start") in ("start", REQUESTED) and now >= entered + policy.rung_timeout(rung):
+        # The phases before the rung's action took hold (Azure answering "busy", the pool's replace turn,
+        # a request that never showed) are bounded by the rung's timeout from when the ladder reached it;
+        # the later phases by the same timeout from the action (checked where they observe the node),
+        # so a rung that never completes moves on: nothing is re-issued forever.
+        return _next_rung(record, ctx, kube, now=now,
+                          why=f"not completed within {policy.rung_timeout(rung)}s "
+                              f"(REMEDIATION_RUNG_TIMEOUTS; phase {d.get('rung_phase', 'start')}: "
+                              f"{str(d.get('last_note') or '')[:200]})")
+    if d.get("nap") and rung != "replace":
+        # A node auto-provisioning node is a standalone VM that Karpenter owns (not a VMSS instance):
+        # there is no VMSS VM to restart or reimage; Karpenter's way is to delete its NodeClaim.
+        return _escalate_to_replace(record, ctx, kube, now=now, code="KarpenterNode",
+                                    why=f"{d['node']} is a Karpenter (node auto-provisioning) node, a standalone VM "
+                                        f"({d.get('provider_id') or 'no providerID'}): it is replaced by deleting its "
+                                        f"NodeClaim")
     if rung == "replace":
         return _step_replace(record, ctx, kube=kube, policy=policy, now=now)
     phase = d.get("rung_phase", "start")
     node = kube.get_node(d["node"])
     if phase in ("start", REQUESTED):
-        vm = _vm_id(ctx, node, d)
-        if vm is None:
-            return _next_rung(record, ctx, kube, now=now, why="the node's VMSS VM was not found")
+        verdict = _vm_id(ctx, node, d)
+        if not verdict.ok:
+            return _refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
+        vm = verdict.vm_id
         if phase == REQUESTED:
             return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=int(d.get("op_seq") or 1),
                                     requested_at=float(d.get("requested_at") or now),
@@ -800,11 +974,18 @@ def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: Node
                                 boot_before=before, policy=policy, now=now)
     compute = ctx.access.compute()
     try:
-        (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm)
+        # cluster_id: the gate then requires the VM in this cluster's own node resource group
+        (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm, cluster_id=str(d["cluster"]))
+    except (VmActionDenied, VmActionImpossible) as exc:
+        _forget_marker(ctx, marker)  # Azure answered without acting
+        kind = "denied" if isinstance(exc, VmActionDenied) else "impossible"
+        return _escalate_to_replace(record, ctx, kube, now=now, code=str(exc.code or kind),
+                                    why=f"Azure {'denied' if kind == 'denied' else 'cannot do'} the {rung}: {exc}")
+    except OperationInProgress as exc:
+        _forget_marker(ctx, marker)  # Azure answered without acting: another operation runs
+        return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
     except Invalid as exc:
         _forget_marker(ctx, marker)
-        if _busy(exc):
-            return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
         return _next_rung(record, ctx, kube, now=now, why=f"Azure refused the {rung}: {exc}")
     except NotFound as exc:
         _forget_marker(ctx, marker)
@@ -846,10 +1027,20 @@ def _check_requested(record: Record, ctx: Context, kube: KubePort, *, node: Node
     return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=seq + 1, policy=policy, now=now)
 
 
+def _if_match(pool: PoolInfo) -> dict[str, Any]:
+    """``etag=`` for a pool write built from ``pool``: sent as If-Match, so a count is never written over a
+    pool that changed since it was read (another scale, an operator's edit)."""
+    etag = pool.properties.get("eTag")
+    return {"etag": str(etag)} if etag else {}
+
+
 def _pool_body(pool: PoolInfo, count: int) -> dict[str, Any]:
-    props = {k: v for k, v in pool.properties.items() if k not in _READ_ONLY_POOL_PROPS}
-    props["count"] = count
-    return {"properties": props}
+    """The pool's own GET body (every field; read on the api-version that shows them all) with only
+    ``count`` changed: a PUT is create-or-replace, so a field left out would be reset. The adapter
+    sends it on the preview api-version when it carries a preview-only field (a MIG pool)."""
+    from shared.pool_clone import update_properties
+
+    return {"properties": update_properties(pool, count=count)}
 
 
 # One replace per pool at a time. A replace reads the pool's count at its start and takes "a node of the
@@ -945,7 +1136,8 @@ def _replacement(ctx: Context, record: Record, kube: KubePort, *, since: float, 
                  now: float) -> NodeView | None:
     """A node of the pool created after the rung started, Ready, healthy, with GPUs, and claimed by us."""
     d = record.data
-    for n in kube.list_nodes(label_selector=f"{POOL_LABEL}={d['pool']}", page_size=policy.page_size):
+    selector = str(d.get("pool_selector") or f"{POOL_LABEL}={d['pool']}")
+    for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
         if n.name == d["node"] or n.created < since - 1.0:
             continue
         if health.is_recovered(n, policy=policy)[0] and _claim(ctx, record, n, now=now):
@@ -960,6 +1152,8 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     original count back, and the pool is one node short until the new VM is allocated.
     """
     d = record.data
+    if d.get("nap"):
+        return _step_replace_nodeclaim(record, ctx, kube=kube, policy=policy, now=now)
     aks = ctx.access.aks()
     rep: dict[str, Any] = dict(d.get("replace") or {})
     phase = d.get("rung_phase", "start")
@@ -998,11 +1192,12 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     if phase == "surge":
         if pool.count < int(rep["target_count"]):
             try:
-                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["target_count"])))
+                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["target_count"])),
+                                   **_if_match(pool))  # 412 (the pool changed since read) -> Conflict: look again
+            except OperationInProgress as exc:
+                return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
             except Invalid as exc:
-                if _busy(exc):
-                    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
-                if exc.code in _SURGE_FALLBACK_CODES or "quota" in str(exc).lower() or "alloc" in str(exc).lower():
+                if isinstance(exc, (QuotaExceeded, AllocationFailed)) or exc.code in _SURGE_FALLBACK_CODES:
                     note = (f"surge refused ({exc.code or 'Invalid'}: {exc}): falling back to delete-then-scale; "
                             f"the pool is one GPU node short until the new VM is allocated")
                     _kube_event(kube, d["node"], record, "StewardSurgeFallback", note, "Warning")
@@ -1021,6 +1216,19 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     if phase == "delete":
         node = kube.get_node(d["node"])
         if node is not None and node.uid == d["node_uid"] and node.deletion_timestamp is None:
+            # deleteMachines takes no If-Match (AgentPools_DeleteMachines declares none, AgentPools_Delete
+            # does: Azure/azure-rest-api-specs specification/containerservice/resource-manager/
+            # Microsoft.ContainerService/aks/stable/2025-10-01/managedClusters.json): so ARM is read again
+            # right before it. The machine must still be this node (uid checked above) in
+            # the User GPU pool admitted, and its VM the one admitted (``arm_vm_id``, shared.node_truth).
+            verdict = _vm_id(ctx, node, d)
+            admitted = str(d.get("arm_vm_id") or "")
+            if verdict.ok and admitted and verdict.vm_id.lower() != admitted.lower():
+                verdict = node_truth.Verdict.refuse(node_truth.NOT_A_MACHINE, (
+                    f"ARM's machine {d['node']} of pool {d['pool']} is now VM {verdict.vm_id}, not the VM "
+                    f"{admitted} admitted: not deleted"))
+            if not verdict.ok:
+                return _refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
             # Not deleted yet as far as the node shows. The same operation marker as for restart/reimage
             # keeps a host that resumes after a kill inside deleteMachines from sending it again.
             seq = int(rep.get("delete_seq") or 1)
@@ -1049,14 +1257,13 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
             try:
                 aks.begin_delete_machines(d["cluster"], d["pool"], [d["node"]])
             except NotFound:
-                pass  # already gone
-            except Invalid as exc:
-                if _busy(exc):
-                    _forget_marker(ctx, marker)
-                    return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
-                if "not found" not in str(exc).lower():
-                    _forget_marker(ctx, marker)
-                    raise
+                pass  # already gone (the adapter also answers normally when every machine is gone)
+            except OperationInProgress as exc:
+                _forget_marker(ctx, marker)
+                return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
+            except Invalid:
+                _forget_marker(ctx, marker)
+                raise
             except Throttled:
                 _forget_marker(ctx, marker)
                 raise
@@ -1083,7 +1290,8 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     if phase == "scale_back":
         if pool.count < int(rep["original_count"]):
             try:
-                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["original_count"])))
+                aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["original_count"])),
+                                   **_if_match(pool))
             except Invalid as exc:
                 # Busy, or no quota/capacity right now: keep trying until the rung's timeout.
                 return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to restore the count: {exc}")
@@ -1096,32 +1304,125 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     raise Invalid(f"unknown replace phase {phase!r}")
 
 
+def _step_replace_nodeclaim(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy,
+                            now: float) -> Record:
+    """Replace a node auto-provisioning node the Karpenter way: delete its NodeClaim.
+
+    Karpenter's termination controller then deletes the node and its VM (the node is already cordoned
+    and drained by us) and provisions a new node when pods are pending (kubernetes-sigs/karpenter
+    pkg/controllers/node/termination, pkg/controllers/provisioning). Deleting a NodeClaim is idempotent
+    (a claim already terminating is unaffected; a claim that is gone matches nothing), so a step that
+    resumes after a crash may simply send it again. A replacement is a Ready, healthy node of the same
+    NodePool created after the delete; if none comes (no pod asked for one), Karpenter owns the
+    capacity and the remediation ends once the broken node is gone.
+    """
+    d = record.data
+    rep: dict[str, Any] = dict(d.get("replace") or {})
+    phase = d.get("rung_phase", "start")
+    node = kube.get_node(d["node"])
+    ours = node is not None and node.uid == d["node_uid"]
+
+    def go(next_phase: str, note: str, **extra: Any) -> Record:
+        rep.update(extra)
+        return _move(record, REPAIRING, now=now, note=note, next_at=now + policy.poll_s, rung_phase=next_phase,
+                     replace=rep)
+
+    if phase == "start":
+        claim = kube.delete_nodeclaim(node_name=d["node"], provider_id=str(d.get("provider_id") or
+                                                                           (node.provider_id if node else "")))
+        if claim is None and ours:
+            return _next_rung(record, ctx, kube, now=now,
+                              why=f"no Karpenter NodeClaim owns {d['node']} (matched by providerID and node name)")
+        note = (f"deleted NodeClaim {claim}: Karpenter deletes {d['node']} and its VM and provisions a replacement "
+                f"on demand" if claim else f"{d['node']} and its NodeClaim are already gone")
+        _kube_event(kube, d["node"], record, "StewardNodeClaimDeleted", note)
+        return _move(record, REPAIRING, now=now, next_at=now + policy.poll_s, note=note, rung_phase="claim_wait",
+                     rung_started_at=now, replace={"mode": "nodeclaim", "nodeclaim": claim or ""})
+    if phase == "claim_wait":
+        if ours:
+            return _stay(record, now=now, next_at=now + policy.poll_s,
+                         note=f"waiting for Karpenter to terminate {d['node']} (NodeClaim {rep.get('nodeclaim')})")
+        return go("await_replacement", f"{d['node']} is gone; waiting for Karpenter's replacement", gone_at=now)
+    if phase == "await_replacement":
+        # Karpenter provisions for the pods our drain made pending, often before the NodeClaim was
+        # deleted: a node of the NodePool made since the cordon counts (claimed, so never twice).
+        since = float(d.get("cordoned_at") or record.created_at)
+        new = _replacement(ctx, record, kube, since=since, policy=policy, now=now)
+        if new is not None:
+            return _replaced(record, ctx, kube, now=now, target=new.name, rep={**rep, "replacement": new.name})
+        gone_at = float(rep.get("gone_at") or now)
+        if now >= gone_at + max(policy.settle_s, 2 * policy.poll_s):
+            note = (f"{d['node']} deleted through its NodeClaim; no replacement yet: Karpenter provisions one when "
+                    f"pods need it (NodePool {d['pool']})")
+            _kube_event(kube, d["node"], record, "StewardReplaced", note)
+            extra: dict[str, Any] = {"replacement": ""}
+            if d.get("escalation"):
+                extra["escalation"] = d["escalation"]
+            _publish(ctx, record, REPLACED_EV, note, extra=extra)
+            return _finish(record, ctx, kube, DONE, now=now, event=RECOVERED_EV, note=note, replace=rep)
+        return _stay(record, now=now, next_at=now + policy.poll_s, note="waiting for Karpenter's replacement node")
+    raise Invalid(f"unknown NodeClaim replace phase {phase!r}")
+
+
 def _replaced(record: Record, ctx: Context, kube: KubePort, *, now: float, target: str, rep: dict[str, Any]) -> Record:
     note = f"{record.data['node']} replaced by {target}" + (f"; {rep['note']}" if rep.get("note") else "")
     _kube_event(kube, target, record, "StewardReplaced", note)
-    _publish(ctx, record, REPLACED_EV, note, extra={"replacement": target})
+    extra: dict[str, Any] = {"replacement": target}
+    if record.data.get("escalation"):
+        extra["escalation"] = record.data["escalation"]
+    _publish(ctx, record, REPLACED_EV, note, extra=extra)
     return _move(record, VERIFYING, now=now, note=note, verify_since=now, target=target, replace=rep)
 
 
 def _step_verifying(record: Record, ctx: Context, *, kube: KubePort, policy: RemediationPolicy, now: float) -> Record:
+    """Declare the repair done only once the node has been healthy for longer than NPD needs after a boot.
+
+    A rebooted node's node-problem-detector publishes every GPU condition ``False`` with a fresh
+    transition time before its first check (kubernetes/node-problem-detector
+    pkg/custompluginmonitor/custom_plugin_monitor.go ``initialConditions``); a fault that survived the
+    reboot turns ``True`` again only one ``invoke_interval`` later. So the start-up ``False`` proves
+    nothing: :func:`health.verify_repair` waits a whole window after the latest of Ready's and the
+    conditions' transitions, and only then is the node uncordoned.
+    """
     d = record.data
     target = str(d.get("target") or d["node"])
     node = kube.get_node(target)
     since = float(d.get("verify_since") or now)
-    hold = min(policy.settle_s, policy.poll_s)
+    window = verify_window_s(policy)
     if node is not None:
-        recovered, why = health.is_recovered(node, policy=policy)
-        if recovered and now >= since + hold:
+        verdict = health.verify_repair(node, policy=policy, since=since, now=now, window_s=window)
+        if verdict.state == health.VERIFIED:
             uncordoned = _uncordon_if_ours(kube, record) if target == d["node"] else False
-            note = f"recovered: {why}" + ("; uncordoned" if uncordoned else "")
+            note = f"recovered: {verdict.why}" + ("; uncordoned" if uncordoned else "")
             return _finish(record, ctx, kube, DONE, now=now, event=RECOVERED_EV, note=note, target=target)
-        if recovered:
-            return _stay(record, now=now, next_at=since + hold, note="verifying: healthy, confirming")
+        if verdict.state == health.CONFIRMING:
+            if now >= since + VERIFY_MAX_WINDOWS * window:
+                # Healthy whenever looked at, but a condition or Ready keeps transitioning: never stable.
+                return _next_rung(record, ctx, kube, now=now,
+                                  why=f"never stable for {window:.0f}s within {VERIFY_MAX_WINDOWS * window:.0f}s "
+                                      f"({verdict.why})")
+            until = float(verdict.until or now + policy.poll_s)
+            return _stay(record, now=now, next_at=max(now + 1.0, min(until, now + policy.poll_s)),
+                         note=f"verifying: {verdict.why}")
+        why = verdict.why
     else:
         why = f"{target} is gone"
-    if now >= since + max(policy.settle_s, 2 * policy.poll_s):
+    if now >= since + max(window, 2 * policy.poll_s):
         return _next_rung(record, ctx, kube, now=now, why=f"did not stay healthy: {why}")
     return _stay(record, now=now, next_at=now + policy.poll_s, note=f"verifying: {why}")
+
+
+# NPD's custom plugin monitor runs its first check one invoke_interval after it starts (30 s by default,
+# kubernetes/node-problem-detector pkg/custompluginmonitor/types/config.go); the interval of AKS's GPU
+# plugins is not documented. Verification outlasts twice that default at least, or REMEDIATION_SETTLE_S
+# when longer (raise it if a cluster's NPD checks less often).
+NPD_DEFAULT_INVOKE_INTERVAL_S = 30.0
+VERIFY_MAX_WINDOWS = 4  # verification is bounded too: a node never stable this long fails the rung
+
+
+def verify_window_s(policy: RemediationPolicy) -> float:
+    """How long a repaired node must stay healthy after its last restart evidence before it is trusted."""
+    return max(float(policy.settle_s), 2 * NPD_DEFAULT_INVOKE_INTERVAL_S)
 
 
 def _uncordon_if_ours(kube: KubePort, record: Record) -> bool:

@@ -95,8 +95,14 @@ class RemediationPolicy:
 
     Drain: ``drain_timeout_s`` (REMEDIATION_DRAIN_TIMEOUT_S = 3600), ``drain_fallback``
     (REMEDIATION_DRAIN_FALLBACK = hold | release), ``empty_dir`` / ``unmanaged_pods``
-    (REMEDIATION_EMPTY_DIR / REMEDIATION_UNMANAGED_PODS = evict | refuse), ``eviction_retry_s``
-    (REMEDIATION_EVICTION_RETRY_S = 5).
+    (REMEDIATION_EMPTY_DIR / REMEDIATION_UNMANAGED_PODS = evict | refuse: a pod that fails them refuses
+    the whole node before anything is evicted), ``eviction_retry_s`` (REMEDIATION_EVICTION_RETRY_S = 5,
+    doubling per refusal up to ``poll_s``), ``skip_wait_for_delete_timeout_s``
+    (DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S = 300: a pod still there this long past its deletionTimestamp
+    is no longer waited for; kubectl --skip-wait-for-delete-timeout, Cluster API's 300 s; 0 = wait),
+    ``pdb_blocked_timeout_s`` (DRAIN_PDB_BLOCKED_TIMEOUT_S = 1800: a pod a disruption budget keeps
+    refusing this long stops the drain as stalled and the fallback applies; AKS's 30-minute upgrade
+    drain timeout; 0 = only the drain deadline). Both DRAIN_* settings also bound migration drains.
 
     Budgets: ``pool_max_unavailable`` (BUDGET_POOL_MAX_UNAVAILABLE = 1) and
     ``pool_max_unavailable_percent`` (BUDGET_POOL_MAX_UNAVAILABLE_PERCENT = 20; the stricter wins),
@@ -131,6 +137,8 @@ class RemediationPolicy:
     empty_dir: str = "evict"
     unmanaged_pods: str = "refuse"
     eviction_retry_s: float = 5.0
+    skip_wait_for_delete_timeout_s: int = 300
+    pdb_blocked_timeout_s: int = 1800
     pool_max_unavailable: int = 1
     pool_max_unavailable_percent: int = 20
     max_in_flight: int = 5
@@ -195,6 +203,8 @@ class RemediationPolicy:
             empty_dir=env_choice("REMEDIATION_EMPTY_DIR", "evict", POD_POLICIES, env=env),
             unmanaged_pods=env_choice("REMEDIATION_UNMANAGED_PODS", "refuse", POD_POLICIES, env=env),
             eviction_retry_s=env_float("REMEDIATION_EVICTION_RETRY_S", 5.0, env=env, minimum=0.1, maximum=600),
+            skip_wait_for_delete_timeout_s=env_int("DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S", 300, env=env, minimum=0),
+            pdb_blocked_timeout_s=env_int("DRAIN_PDB_BLOCKED_TIMEOUT_S", 1800, env=env, minimum=0),
             pool_max_unavailable=env_int("BUDGET_POOL_MAX_UNAVAILABLE", 1, env=env, minimum=0),
             pool_max_unavailable_percent=_percent(
                 "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", env_str("BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", "20", env=env)),

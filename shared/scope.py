@@ -9,11 +9,12 @@ outside it (``shared.wiring``), so that a request naming a foreign cluster can n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from shared.errors import Forbidden, NotFound
 from shared.ports import AksPort, ClusterInfo
+from shared.remediation_policy import PAUSED_TAG
 
 if TYPE_CHECKING:
     from shared.settings import Settings
@@ -85,3 +86,28 @@ def discover(aks: AksPort, settings: Settings) -> list[ClusterInfo]:
         else:
             log.debug("cluster out of scope", extra={"cluster": cluster.id, "reason": reason})
     return sorted(found, key=lambda c: c.id.lower())
+
+
+def paused_reason(tags: Mapping[str, str] | None, *, tag: str = PAUSED_TAG) -> str:
+    """Why a cluster with these (ARM) tags is paused ("" = it is not): the tag ``gpu-fleet-steward/paused``
+    with the value ``true`` (key any case, as ARM compares tag names; value case-insensitive).
+
+    The pause holds every write of the app on that cluster: remediation, migration and pool creation.
+    Detection and reporting go on."""
+    for key, value in (tags or {}).items():
+        if key.lower() == tag.lower() and str(value).strip().lower() == "true":
+            return f"the cluster is paused (tag {tag}=true)"
+    return ""
+
+
+def cluster_paused(aks: AksPort, cluster_id: str, *, tag: str = PAUSED_TAG) -> str:
+    """:func:`paused_reason` of the cluster as ARM describes it now (read at the step, never cached).
+
+    A cluster ARM cannot find is not paused (the step that needs it reports that). Every other error
+    propagates: a step that cannot read the tag writes nothing (``Forbidden`` is a permanent error for
+    the reconciler, which ends the record through its kind's ``give_up`` after a few tries)."""
+    try:
+        cluster = aks.get_cluster(cluster_id)
+    except NotFound:
+        return ""
+    return paused_reason(cluster.tags, tag=tag)

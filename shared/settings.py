@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from shared.env import SettingError, env_bool, env_list, env_str
+from shared.env import SettingError, env_bool, env_int, env_list, env_str
 
 if TYPE_CHECKING:
     from shared.migration_policy import MigrationPolicy
     from shared.pool_policy import PoolRequestPolicy
     from shared.remediation_policy import RemediationPolicy
+    from shared.teams import Team
 
 __all__ = ["PLATFORM_SETTINGS", "SettingError", "Settings", "load"]
 
@@ -35,6 +36,9 @@ DEFAULT_CLUSTER_TAG = "gpu-fleet-steward=enabled"
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 DEFAULT_ARM_AUDIENCE = "https://management.azure.com/"
 DEFAULT_AKS_SERVER_APP_ID = "6dae42f8-4368-4678-94ff-3960e28e3630"
+# The app's own namespace in every cluster (infra/kubernetes/namespace.yaml): leases, events, sample Jobs.
+DEFAULT_STEWARD_NAMESPACE = "gpu-fleet-steward"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DEFAULT_EVENTGRID_AUDIENCE = "https://eventgrid.azure.net"
 DEFAULT_EVENT_SOURCE = "/gpu-fleet-steward"
 
@@ -132,6 +136,7 @@ class Settings:
     arm_endpoint: str = DEFAULT_ARM_ENDPOINT
     arm_audience: str = DEFAULT_ARM_AUDIENCE
     aks_server_app_id: str = DEFAULT_AKS_SERVER_APP_ID
+    namespace: str = DEFAULT_STEWARD_NAMESPACE
     azure_client_id: str = ""
     managed_identity_available: bool = False
     ca_bundle: str = ""
@@ -140,12 +145,15 @@ class Settings:
     storage_queue_uri: str = ""
     storage_credential: str = ""
     storage_client_id: str = ""
-    pool_request_queue: str = "gpu-pool-requests"
+    pool_request_queue: str = "gpu-pool-requests"  # prefix of the teams' default queue names (shared.teams)
+    teams: tuple[Team, ...] = ()  # POOL_REQUEST_TEAMS: who may ask for which pools, on which queue
     nudge_queue: str = "steward-nudge"
     ledger_table: str = "stewardledger"
     eventgrid_audience: str = DEFAULT_EVENTGRID_AUDIENCE
     event_source: str = DEFAULT_EVENT_SOURCE
-    reconcile_schedule: str = "*/30 * * * * *"
+    reconcile_schedule: str = "0 */5 * * * *"  # a safety net: delayed nudges (shared.nudge) pace the work
+    reconcile_max_permanent_tries: int = 5  # permanent step failures in a row before the record gives up
+    reconcile_delayed_nudges: bool = True  # wake the reconciler when a record is due (shared.nudge); false: timer only
     sweep_schedule: str = "0 * * * * *"
     migration_schedule: str = "0 */15 * * * *"
     paused: bool = False
@@ -175,6 +183,8 @@ class Settings:
             value = getattr(self, f.name)
             if f.name in ("storage_connection_string", "appinsights_connection_string"):
                 out[f.name] = "(set)" if value else "(not set)"
+            elif f.name == "teams":
+                out[f.name] = {t.name: t.describe() for t in value}
             elif f.name in ("pool_requests", "remediation", "migration"):
                 out[f.name] = _describe_policy(value)
             elif isinstance(value, tuple):
@@ -206,6 +216,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     arm_endpoint = _https_url("ARM_ENDPOINT", env_str("ARM_ENDPOINT", DEFAULT_ARM_ENDPOINT, env=env)).rstrip("/")
     arm_audience = _https_url("ARM_AUDIENCE", env_str("ARM_AUDIENCE", DEFAULT_ARM_AUDIENCE, env=env))
     aks_server_app_id = _guid("AKS_SERVER_APP_ID", env_str("AKS_SERVER_APP_ID", DEFAULT_AKS_SERVER_APP_ID, env=env))
+    namespace = env_str("STEWARD_NAMESPACE", DEFAULT_STEWARD_NAMESPACE, env=env)
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise SettingError(f"setting STEWARD_NAMESPACE must be a Kubernetes namespace name (a DNS label), got {namespace!r}")
     client_id = env_str("AZURE_CLIENT_ID", env=env)
     azure_client_id = _guid("AZURE_CLIENT_ID", client_id) if client_id else ""
     managed_identity_available = bool(env_str("IDENTITY_ENDPOINT", env=env) or env_str("MSI_ENDPOINT", env=env))
@@ -242,6 +255,18 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     nudge_queue = _queue("NUDGE_QUEUE", env_str("NUDGE_QUEUE", "steward-nudge", env=env))
     if pool_request_queue == nudge_queue:
         raise SettingError("settings POOL_REQUEST_QUEUE and NUDGE_QUEUE must name different queues")
+    from shared import teams as teams_mod
+
+    teams = teams_mod.from_env(env, subscriptions=subscriptions)
+    for team in teams:
+        if team.queue == nudge_queue:
+            raise SettingError(f"setting {teams_mod.SETTING}: team {team.name!r} uses queue {team.queue!r}, "
+                               "which is NUDGE_QUEUE; give the team its own queue")
+    if teams and not (env_str("TeamRequestsStorage", env=env)
+                      or env_str("TeamRequestsStorage__queueServiceUri", env=env)):
+        raise SettingError(f"setting {teams_mod.SETTING} names teams, so setting {teams_mod.CONNECTION} (a connection "
+                           f"string locally) or {teams_mod.CONNECTION}__queueServiceUri (identity-based, in Azure) "
+                           "must say where their queues are")
     ledger_table = _table("LEDGER_TABLE", env_str("LEDGER_TABLE", "stewardledger", env=env))
 
     eventgrid_topic_endpoint = _https_url(
@@ -252,7 +277,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     if any(ch.isspace() for ch in event_source):
         raise SettingError(f"setting STEWARD_EVENT_SOURCE must be a URI reference without spaces, got {event_source!r}")
 
-    reconcile_schedule = _schedule("RECONCILE_SCHEDULE", env_str("RECONCILE_SCHEDULE", "*/30 * * * * *", env=env))
+    reconcile_schedule = _schedule("RECONCILE_SCHEDULE", env_str("RECONCILE_SCHEDULE", "0 */5 * * * *", env=env))
+    reconcile_max_permanent_tries = env_int("RECONCILE_MAX_PERMANENT_TRIES", 5, env=env, minimum=1, maximum=100)
+    reconcile_delayed_nudges = env_bool("RECONCILE_DELAYED_NUDGES", True, env=env)
     sweep_schedule = _schedule("SWEEP_SCHEDULE", env_str("SWEEP_SCHEDULE", "0 * * * * *", env=env))
     migration_schedule = _schedule("MIGRATION_SCHEDULE", env_str("MIGRATION_SCHEDULE", "0 */15 * * * *", env=env))
 
@@ -273,6 +300,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         arm_endpoint=arm_endpoint,
         arm_audience=arm_audience,
         aks_server_app_id=aks_server_app_id,
+        namespace=namespace,
         azure_client_id=azure_client_id,
         managed_identity_available=managed_identity_available,
         ca_bundle=ca_bundle,
@@ -282,12 +310,15 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         storage_credential=storage_credential,
         storage_client_id=storage_client_id,
         pool_request_queue=pool_request_queue,
+        teams=teams,
         nudge_queue=nudge_queue,
         ledger_table=ledger_table,
         eventgrid_topic_endpoint=eventgrid_topic_endpoint,
         eventgrid_audience=eventgrid_audience,
         event_source=event_source,
         reconcile_schedule=reconcile_schedule,
+        reconcile_max_permanent_tries=reconcile_max_permanent_tries,
+        reconcile_delayed_nudges=reconcile_delayed_nudges,
         sweep_schedule=sweep_schedule,
         migration_schedule=migration_schedule,
         paused=paused,

@@ -1,7 +1,8 @@
 """The health sweep: find unhealthy GPU nodes across the fleet and report each fault once per sweep.
 
 Runs on a timer (every minute by default). For each cluster in scope it streams the GPU nodes page
-by page (``kubernetes.azure.com/accelerator=nvidia``), evaluates each page with the pure
+by page (``kubernetes.azure.com/accelerator=nvidia``, and on node auto-provisioning clusters
+``karpenter.azure.com/sku-gpu-manufacturer=nvidia``: Karpenter's nodes do not carry the former), evaluates each page with the pure
 :func:`shared.health.evaluate` and keeps only the findings, so memory is bounded by the page size
 and the number of unhealthy nodes, never by the fleet size. Each unhealthy (cluster, node,
 condition, lastTransitionTime) is published as a ``Steward.GpuNode.Unhealthy`` CloudEvent whose id
@@ -84,21 +85,55 @@ def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
         observations[key] = min(f.since, observations.get(key, f.since))
     for f in evaluation.unhealthy:
         cond = f.node.condition(f.condition)
-        report.faults.append(Fault(cluster=cluster, node=f.node.name, pool=f.node.pool, condition=f.condition,
+        report.faults.append(Fault(cluster=cluster, node=f.node.name, pool=health.pool_of(f.node), condition=f.condition,
                                    since=f.since, message=(cond.message if cond else "")[:300]))
 
 
-def _sweep_cluster(ctx: Context, cluster_id: str, *, policy: RemediationPolicy, report: SweepReport,
+def _selectors(cluster: Any, policy: RemediationPolicy) -> list[str]:
+    """The GPU-node selectors of a cluster: REMEDIATION's (kubernetes.azure.com/accelerator=nvidia) and, on
+    node auto-provisioning clusters, Karpenter's GPU label, which its nodes carry instead."""
+    selectors = [policy.node_selector]
+    if str(getattr(cluster, "node_provisioning_mode", "")).lower() == "auto" and \
+            policy.node_selector != health.NAP_GPU_SELECTOR:
+        selectors.append(health.NAP_GPU_SELECTOR)
+    return selectors
+
+
+def _equality_terms(selector: str) -> dict[str, str] | None:
+    """``k=v,k2=v2`` as a dict; None for any other selector form."""
+    terms: dict[str, str] = {}
+    for part in selector.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or not key or value.startswith("=") or key.endswith("!"):
+            return None
+        terms[key.strip()] = value.strip()
+    return terms
+
+
+def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, report: SweepReport,
                    observations: dict[str, float]) -> None:
+    cluster_id = cluster.id
     kube = ctx.access.kube(cluster_id)
     page: list[NodeView] = []
-    for node in kube.list_nodes(label_selector=policy.node_selector, page_size=policy.page_size):
-        report.nodes += 1
-        page.append(node)
-        if len(page) >= policy.page_size:
-            _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
-                  observations=observations)
-            page = []
+    selectors = _selectors(cluster, policy)
+    primary = _equality_terms(selectors[0])
+    seen: set[str] = set()  # only when the primary selector is not plain equality (never by default)
+    for i, selector in enumerate(selectors):
+        for node in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
+            if i == 0 and primary is None and len(selectors) > 1:
+                seen.add(node.name)
+            if i > 0:
+                # a node both selectors match was evaluated in the first pass
+                if primary is not None and all(node.labels.get(k) == v for k, v in primary.items()):
+                    continue
+                if primary is None and node.name in seen:
+                    continue
+            report.nodes += 1
+            page.append(node)
+            if len(page) >= policy.page_size:
+                _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
+                      observations=observations)
+                page = []
     if page:
         _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
               observations=observations)
@@ -135,7 +170,7 @@ def sweep(ctx: Context) -> SweepReport:
     for cluster in clusters:
         report.clusters += 1
         try:
-            _sweep_cluster(ctx, cluster.id, policy=policy, report=report, observations=observations)
+            _sweep_cluster(ctx, cluster, policy=policy, report=report, observations=observations)
         except StewardError as exc:
             report.errors.append(f"{cluster.id}: {type(exc).__name__}: {exc}")
             log.warning("sweep of %s failed: %s", cluster.id, exc)

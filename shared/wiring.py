@@ -3,7 +3,9 @@
 A Functions worker process serves many invocations; clients (and the credential's token cache)
 are built on the first invocation that needs them and reused after. Nothing heavy is imported at
 module level, so importing ``function_app`` stays cheap. :class:`FleetAccess` is also where the
-fleet scope is enforced for per-cluster access: a cluster outside the scope never gets a client.
+fleet scope is enforced for per-cluster access: a cluster outside the scope never gets a client; and
+every adapter it hands out is wrapped in :mod:`shared.gate`, so that each *write* re-checks scope,
+pause and (for a VM) the node resource group at the point of the call, whoever built the client.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 from shared.errors import Forbidden
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from azure.core.credentials import TokenCredential
 
     from shared.clock import Clock
     from shared.context import Context
+    from shared.gate import Gate
     from shared.ports import AksPort, ClusterInfo, ComputePort, KubePort
     from shared.settings import Settings
 
@@ -34,15 +39,31 @@ class FleetAccess:
     """ClusterAccess: cached ARM and per-cluster Kubernetes adapters, refusing clusters outside the scope."""
 
     def __init__(self, settings: Settings, *, credential: TokenCredential | None = None, clock: Clock | None = None,
-                 aks: AksPort | None = None, compute: ComputePort | None = None) -> None:
+                 aks: AksPort | None = None, compute: ComputePort | None = None,
+                 kube_factory: Callable[[str], KubePort] | None = None) -> None:
+        """``aks``/``compute``/``kube_factory`` replace the real adapters (tests): they are gated all the same."""
         self._settings = settings
         self._credential = credential
         self._clock = clock
         self._aks = aks
         self._compute = compute
+        self._kube_factory = kube_factory
         self._kube: dict[str, KubePort] = {}
         self._scope: dict[str, tuple[float, bool, str]] = {}
         self._lock = threading.RLock()
+        self._gate: Gate | None = None
+        self._gated_aks: AksPort | None = None
+        self._gated_compute: ComputePort | None = None
+
+    @property
+    def gate(self) -> Gate:
+        """The write gate (shared.gate) of this process, reading clusters through the ungated adapter."""
+        with self._lock:
+            if self._gate is None:
+                from shared.gate import Gate
+
+                self._gate = Gate(self._settings, aks=self._raw_aks, clock=self._clock)
+            return self._gate
 
     def _now(self) -> float:
         from shared import clock as clocks
@@ -57,7 +78,7 @@ class FleetAccess:
                 self._credential = get_credential(self._settings)
             return self._credential
 
-    def aks(self) -> AksPort:
+    def _raw_aks(self) -> AksPort:
         with self._lock:
             if self._aks is None:
                 from shared.aks import AksClient
@@ -65,13 +86,29 @@ class FleetAccess:
                 self._aks = AksClient(self.credential(), self._settings, clock=self._clock)
             return self._aks
 
-    def compute(self) -> ComputePort:
+    def aks(self) -> AksPort:
+        """The ARM adapter; its writes pass the gate."""
+        gate = self.gate
         with self._lock:
-            if self._compute is None:
-                from shared.compute import ComputeClient
+            if self._gated_aks is None:
+                from shared.gate import GatedAks
 
-                self._compute = ComputeClient(self.credential(), self._settings, clock=self._clock)
-            return self._compute
+                self._gated_aks = GatedAks(self._raw_aks(), gate)  # type: ignore[assignment]
+            return self._gated_aks  # type: ignore[return-value]
+
+    def compute(self) -> ComputePort:
+        """The Compute adapter; a VM action passes the gate (scope, pause, the VM's node resource group)."""
+        gate = self.gate
+        with self._lock:
+            if self._gated_compute is None:
+                from shared.gate import GatedCompute
+
+                if self._compute is None:
+                    from shared.compute import ComputeClient
+
+                    self._compute = ComputeClient(self.credential(), self._settings, clock=self._clock)
+                self._gated_compute = GatedCompute(self._compute, gate)  # type: ignore[assignment]
+            return self._gated_compute  # type: ignore[return-value]
 
     def check_scope(self, cluster_id: str) -> None:
         """Raise Forbidden unless ``cluster_id`` is in the fleet scope (tags re-read every few minutes)."""
@@ -91,7 +128,7 @@ class FleetAccess:
                 if subscription_of(cluster_id) not in {s.lower() for s in self._settings.subscriptions}:
                     info = None
                 else:
-                    info = self.aks().get_cluster(cluster_id)
+                    info = self._raw_aks().get_cluster(cluster_id)
             if info is None:
                 ok, reason = False, "subscription is not in FLEET_SUBSCRIPTIONS"
             else:
@@ -109,11 +146,18 @@ class FleetAccess:
             client = self._kube.get(key)
         if client is not None:
             return client
-        from shared.kube import KubeClient
+        from shared.gate import GatedKube
 
-        kubeconfig = self.aks().kubeconfig(cluster_id)
-        made = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
-                          ca_bundle=self._settings.ca_bundle, clock=self._clock, cluster_id=cluster_id)
+        if self._kube_factory is not None:
+            raw = self._kube_factory(cluster_id)
+        else:
+            from shared.kube import KubeClient
+
+            kubeconfig = self._raw_aks().kubeconfig(cluster_id)
+            raw = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
+                             ca_bundle=self._settings.ca_bundle, clock=self._clock, cluster_id=cluster_id,
+                             namespace=self._settings.namespace)
+        made: KubePort = GatedKube(raw, self.gate, cluster_id)  # type: ignore[assignment]
         with self._lock:
             return self._kube.setdefault(key, made)
 
@@ -121,7 +165,7 @@ class FleetAccess:
         """The clusters in scope now (shared.scope.discover)."""
         from shared.scope import discover
 
-        return discover(self.aks(), self._settings)
+        return discover(self._raw_aks(), self._settings)
 
     def forget(self, cluster_id: str) -> None:
         """Drop the cached client and scope answer of a cluster (its credentials or tags changed)."""
@@ -129,6 +173,8 @@ class FleetAccess:
         with self._lock:
             self._scope.pop(key, None)
             client = self._kube.pop(key, None)
+        if self._gate is not None:
+            self._gate.forget(cluster_id)
         close = getattr(client, "close", None)
         if callable(close):
             close()
@@ -169,6 +215,10 @@ def build_context(settings: Settings | None = None, **overrides: Any) -> Context
         fields["events"] = EventPublisher(credential, settings)
     if "telemetry" not in fields:
         fields["telemetry"] = telemetry.Telemetry.from_settings(settings, instance=instance)
+    if "nudge" not in fields and getattr(settings, "reconcile_delayed_nudges", True):
+        from shared.nudge import QueueNudger
+
+        fields["nudge"] = QueueNudger.from_settings(settings, clock=fields.get("clock"))
     fields.setdefault("clock", clocks.current())
     context = Context(settings=settings, instance=instance, **fields)
     log.info("steward context built", extra={"instance": instance, "settings": settings.describe()})

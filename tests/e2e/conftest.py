@@ -48,7 +48,11 @@ class Fleet:
         self.stack = stack
         self.ledger = stack.ledger()
         self.clusters = {c["name"]: c["id"] for c in stack.endpoints["clusters"]}
-        self.queue_name = stack.settings["POOL_REQUEST_QUEUE"]
+        self.queue_name = stack.team_queue()  # the first team of POOL_REQUEST_TEAMS (devstack.DEV_TEAMS)
+        from shared import teams
+
+        #: the queue-trigger function of that team (one per team: functions/pool_requests.py)
+        self.pool_request_function = teams.from_env(stack.settings)[0].function_name
 
     # ------------------------------------------------------------------ submitting
 
@@ -59,8 +63,9 @@ class Fleet:
         body.update(fields)
         return body
 
-    def submit(self, message: Mapping[str, Any] | str) -> None:
-        self.stack.submit(message if isinstance(message, str) else dict(message))
+    def submit(self, message: Mapping[str, Any] | str, *, team: str | None = None) -> None:
+        """Send on ``team``'s queue (default: the first team of POOL_REQUEST_TEAMS)."""
+        self.stack.submit(message if isinstance(message, str) else dict(message), team=team)
 
     # ------------------------------------------------------------------ the ledger
 
@@ -111,6 +116,16 @@ class Fleet:
 
     def queue_length(self, name: str | None = None) -> int:
         return self.stack.queue_length(name or self.queue_name)
+
+    def drained(self, name: str | None = None, *, timeout: float = 30.0) -> int:
+        """Wait for the queue to empty: the host deletes a message only once its invocation has
+        returned, a moment after the record the invocation wrote. Returns the last length seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            length = self.queue_length(name)
+            if length == 0 or time.monotonic() > deadline:
+                return length
+            time.sleep(0.05)
 
     def poison(self) -> list[str]:
         return self.stack.peek_poison()

@@ -55,8 +55,8 @@ def test_a_message_that_fails_transiently_every_time_lands_in_the_poison_queue_a
     while not fleet.poison() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert fleet.poison() == [message], fleet.host_log_tail()
-    assert fleet.queue_length() == 0
-    assert fleet.failed_invocations("pool_requests") == MAX_DEQUEUE_COUNT
+    assert fleet.drained() == 0
+    assert fleet.failed_invocations(fleet.pool_request_function) == MAX_DEQUEUE_COUNT
     assert "Moving message to queue 'gpu-pool-requests-poison'. Last error: " in fleet.host_logs()
     assert fleet.record("e2e-poison") is None  # never accepted: it is in the poison queue, not half-done
     assert fleet.events("e2e-poison") == []

@@ -53,17 +53,17 @@ WANTED = [
     Wanted("e2e-managed", "gpuman", {"vmSize": T4, "count": 1, "validateWorkload": True}, MANAGED,
            arm={"vmSize": T4, "count": 1, "osSKU": "Ubuntu", "nodeTaints": ["sku=gpu:NoSchedule"]}),
     Wanted("e2e-driver-only", "gpudrv", {"vmSize": T4, "count": 1, "installProfile": "driverOnly"},
-           {"driver": "Install", "nvidia": {"managementMode": "Unmanaged"}}, arm={"vmSize": T4, "count": 1}),
+           {"driver": "Install"}, arm={"vmSize": T4, "count": 1}),  # no nvidia block off the managed experience
     Wanted("e2e-no-driver", "gpubyo", {"vmSize": T4, "count": 1, "installProfile": "none", "gpuDriver": "None"},
-           {"driver": "None", "nvidia": {"managementMode": "Unmanaged"}}, arm={"vmSize": T4, "count": 1}),
+           {"driver": "None"}, arm={"vmSize": T4, "count": 1}),
     Wanted("e2e-mig-single", "migone",
            {"vmSize": A100, "count": 1, "mig": {"strategy": "Single", "profile": "MIG3g"}, "validateWorkload": True},
-           {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single"}},
-           arm={"vmSize": A100, "gpuInstanceProfile": "MIG3g"}),
+           {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single", "migProfiles": ["MIG3g"]}},
+           arm={"vmSize": A100, "gpuInstanceProfile": None}),  # 2026-08-02-preview: migProfiles, not gpuInstanceProfile
     Wanted("e2e-mig-mixed", "migmix",
            {"vmSize": A100, "count": 1, "mig": {"strategy": "Mixed", "profile": "MIG1g"}, "validateWorkload": True},
-           {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed"}},
-           arm={"vmSize": A100, "gpuInstanceProfile": "MIG1g"}, resource="nvidia.com/mig-1g.10gb"),
+           {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed", "migProfiles": ["MIG1g"]}},
+           arm={"vmSize": A100, "gpuInstanceProfile": None}, resource="nvidia.com/mig-1g.10gb"),
     Wanted("e2e-azure-linux", "gpual",
            {"vmSize": "Standard_NC8as_T4_v3", "count": 2, "osSku": "AzureLinux", "zones": ["1", "2"],
             "labels": {"team": "vision"}, "tags": {"costCenter": "cv-01"}, "validateWorkload": True},
@@ -84,10 +84,12 @@ def submitted(fleet: Fleet) -> dict[str, dict[str, Any]]:
 
 
 def _gpu_profile_fields(profile: dict[str, Any]) -> dict[str, Any]:
-    """``{"driver": ..., "nvidia.managementMode": ..., "nvidia.migStrategy": ...}`` (absent = None)."""
+    """``{"driver": ..., "nvidia": present?, "nvidia.managementMode": ..., "nvidia.migStrategy": ...,
+    "nvidia.migProfiles": ...}`` (absent = None)."""
     nvidia = profile.get("nvidia") or {}
-    return {"driver": profile.get("driver"), "nvidia.managementMode": nvidia.get("managementMode"),
-            "nvidia.migStrategy": nvidia.get("migStrategy") or "None"}
+    return {"driver": profile.get("driver"), "nvidia": "nvidia" in profile,
+            "nvidia.managementMode": nvidia.get("managementMode"),
+            "nvidia.migStrategy": nvidia.get("migStrategy") or "None", "nvidia.migProfiles": nvidia.get("migProfiles")}
 
 
 # ====================================================================== successes
@@ -224,8 +226,8 @@ def test_rejected_messages_are_not_retried_and_nothing_lands_in_the_poison_queue
         fleet: Fleet, rejected: list[Bad]) -> None:
     for bad in rejected:
         fleet.outcome(_record_id(bad), timeout=30)
-    assert fleet.failed_invocations("pool_requests") == 0
-    assert fleet.queue_length() == 0
+    assert fleet.drained() == 0
+    assert fleet.failed_invocations(fleet.pool_request_function) == 0
     assert fleet.poison() == []
     assert "gpubad" not in fleet.arm_pool_names("e2e-pools") + fleet.arm_pool_names("e2e-out")
 
@@ -245,7 +247,7 @@ def test_the_same_message_delivered_twice_makes_one_pool_with_two_instances_comp
         record = fleet.outcome("e2e-twice", timeout=60)
         assert record.state == "succeeded", fleet.describe(record)
         assert fleet.requests()[PUT_POOL] - before[PUT_POOL] == 1
-        assert fleet.queue_length() == 0
+        assert fleet.drained() == 0
     finally:
         fleet.stack.stop_host(second)
     # Events are at-least-once: both deliveries may announce the acceptance, under one event id,

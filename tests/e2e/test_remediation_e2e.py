@@ -131,7 +131,9 @@ class Fleet:
         return sorted(self.core(cluster).list_node(label_selector=selector).items, key=lambda n: n.metadata.name)
 
     def kube_events(self, cluster: str, node: str) -> list[Any]:
-        events = self.core(cluster).list_namespaced_event("default").items
+        # every namespace, as `kubectl describe node` searches: the app records its events in its own
+        # namespace (STEWARD_NAMESPACE, where its Role grants events), not in "default"
+        events = self.core(cluster).list_event_for_all_namespaces().items
         return [e for e in events if e.involved_object.name == node]
 
     def events(self, type_: str) -> list[dict[str, Any]]:
@@ -413,11 +415,16 @@ class TestAWaveOfFailures:
                                                                                                 wave: Fleet) -> None:
         assert (wave.breaker() or Record(kind="", id="")).state == "open"
         command = [sys.executable, "-m", "fleetctl", "--settings", str(wave.stack.settings_path),
-                   "--endpoints", str(wave.stack.endpoints_path), "breaker", "--reset", "--by", "e2e-operator"]
+                   "--endpoints", str(wave.stack.endpoints_path), "breaker", "--reset", "--by", "e2e-operator",
+                   "--reason", "storm understood"]
         out = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=devstack.ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert wave.breaker().state == "closed"  # type: ignore[union-attr]
-        reset = wave.events("Steward.Breaker.Reset")
+        # Issue 11: fleetctl asks through a validated command record; the app's reconciler applies it.
+        wave.wait(lambda: (wave.breaker() or Record(kind="", id="")).state == "closed" or None, timeout=60,
+                  what="the reconciler to apply the reset command")
+        # The Reset event is published right after the breaker row is written: wait for it, then count.
+        reset = wave.wait(lambda: wave.events("Steward.Breaker.Reset") or None, timeout=60,
+                          what="the breaker's Reset event")
         assert len(reset) == 1 and "e2e-operator" in json.dumps(reset[0]["data"])
 
         def all_done() -> list[Record] | None:

@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from shared.clock import ManualClock
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, Throttled, Transient
-from shared.settings import Settings, load
+from shared.errors import Conflict, Forbidden, Invalid, Throttled, Transient
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
 
-from sim.testing import SimHandle, start_sim
+from sim.testing import SimHandle
+from tests.integration.simenv import app_settings, sim_as_the_app
 
 SCENARIO = "sim/scenarios/default.yaml"
 OUT_OF_SCOPE = "research-lab"
@@ -32,32 +33,13 @@ OUT_OF_SCOPE = "research-lab"
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimHandle]:
-    from shared import identity
-
-    with start_sim(scenario=SCENARIO) as handle, pytest.MonkeyPatch.context() as mp:
-        # ManagedIdentityCredential reads the App Service identity endpoint from the environment.
-        mp.setenv("IDENTITY_ENDPOINT", handle.endpoints["identity_endpoint"])
-        mp.setenv("IDENTITY_HEADER", handle.endpoints["identity_header"])
-        mp.delenv("MSI_ENDPOINT", raising=False)
-        identity.reset()
-        try:
-            yield handle
-        finally:
-            identity.reset()
+    with sim_as_the_app(scenario=SCENARIO) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")
 def settings(sim: SimHandle) -> Settings:
-    ep = sim.endpoints
-    return load({
-        "FLEET_SUBSCRIPTIONS": ",".join(ep["subscriptions"]),
-        "ARM_ENDPOINT": ep["arm_endpoint"],
-        "ARM_AUDIENCE": ep["arm_audience"],
-        "STEWARD_CA_BUNDLE": ep["ca_bundle"],
-        "AzureWebJobsStorage": "UseDevelopmentStorage=true",
-        "EVENTGRID_TOPIC_ENDPOINT": ep["eventgrid_topic_endpoint"],
-        "IDENTITY_ENDPOINT": ep["identity_endpoint"],
-    })
+    return app_settings(sim)
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +99,12 @@ def test_pools_machines_and_maintenance_configurations_read_as_views(sim: SimHan
     assert [c["name"] for c in configs] == ["aksManagedNodeOSUpgradeSchedule"]
 
 
-def test_an_unknown_cluster_is_not_found(sim: SimHandle, access: Any) -> None:
+def test_an_unknown_cluster_is_forbidden_to_the_app_as_arm_answers(sim: SimHandle, access: Any) -> None:
+    # The app's role is assigned on each cluster (infra/app/cluster-access.bicep), not on their resource
+    # group: ARM authorizes before the resource provider looks, so a cluster that does not exist (or was
+    # deleted, with its role assignments) is AuthorizationFailed "... or the scope is invalid", not 404.
     missing = cluster_id(sim, "ml-train").rsplit("/", 1)[0] + "/does-not-exist"
-    with pytest.raises(NotFound):
+    with pytest.raises(Forbidden, match=r"AuthorizationFailed .*managedClusters/read.* or the scope is invalid"):
         access.aks().get_cluster(missing)
 
 
@@ -281,37 +266,61 @@ def test_events_are_best_effort_and_leases_are_exclusive(sim: SimHandle, access:
     kube.create_event(node=node, reason="StewardTest", message="hello", correlation_id="abc")
     kube.create_event(node="no-such-node" * 30, reason="StewardTest", message="x")  # never raises
 
-    ns = "kube-node-lease"  # the steward's own namespace is created by its manifest, not by the simulator
-    assert kube.acquire_lease("gpu-node-a", holder="me", duration_s=60, namespace=ns)
-    assert kube.acquire_lease("gpu-node-a", holder="me", duration_s=60, namespace=ns)  # renewing is fine
-    assert not kube.acquire_lease("gpu-node-a", holder="you", duration_s=60, namespace=ns)
-    kube.release_lease("gpu-node-a", holder="you", namespace=ns)  # not the holder: no effect
-    assert not kube.acquire_lease("gpu-node-a", holder="you", duration_s=60, namespace=ns)
-    kube.release_lease("gpu-node-a", holder="me", namespace=ns)
-    assert kube.acquire_lease("gpu-node-a", holder="you", duration_s=60, namespace=ns)
+    # leases live in the app's own namespace (infra/kubernetes/namespace.yaml, granted by its Role)
+    assert kube.acquire_lease("gpu-node-a", holder="me", duration_s=60)
+    assert kube.acquire_lease("gpu-node-a", holder="me", duration_s=60)  # renewing is fine
+    assert not kube.acquire_lease("gpu-node-a", holder="you", duration_s=60)
+    kube.release_lease("gpu-node-a", holder="you")  # not the holder: no effect
+    assert not kube.acquire_lease("gpu-node-a", holder="you", duration_s=60)
+    kube.release_lease("gpu-node-a", holder="me")
+    assert kube.acquire_lease("gpu-node-a", holder="you", duration_s=60)
 
 
-def test_a_lease_in_a_missing_namespace_is_not_found(sim: SimHandle, access: Any) -> None:
+def test_a_lease_outside_the_apps_namespace_is_forbidden(sim: SimHandle, access: Any) -> None:
+    # RBAC is checked before the namespace exists or not matters: the app holds leases in its own
+    # namespace only (issue 11: no cluster-wide coordination grant)
     kube = access.kube(cluster_id(sim, "ml-train"))
-    with pytest.raises(NotFound, match="namespace"):
-        kube.acquire_lease("gpu-node-b", holder="me", duration_s=60, namespace="no-such-namespace")
+    for namespace in ("kube-node-lease", "no-such-namespace"):
+        with pytest.raises(Forbidden, match=f'cannot get resource "leases" in API group "coordination.k8s.io" '
+                                            f'in the namespace "{namespace}"'):
+            kube.acquire_lease("gpu-node-b", holder="me", duration_s=60, namespace=namespace)
 
 
 def test_jobs_are_created_applied_read_and_deleted(sim: SimHandle, access: Any) -> None:
     kube = access.kube(cluster_id(sim, "ml-train"))
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gpu-smoke", "namespace": "default"},
+    ns = "gpu-fleet-steward"  # the app's own namespace: its Role grants Jobs there only
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gpu-smoke", "namespace": ns},
            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
                {"name": "smoke", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
     created = kube.create_object(job)
     assert created["metadata"]["name"] == "gpu-smoke"
     with pytest.raises(Conflict):
         kube.create_object(job)
-    applied = kube.apply_object({**job, "metadata": {**job["metadata"], "labels": {"steward": "yes"}}})
-    assert applied["metadata"]["labels"] == {"steward": "yes"}
-    assert kube.get_object("batch/v1", "Job", "gpu-smoke", "default") is not None
-    kube.delete_object("batch/v1", "Job", "gpu-smoke", "default")
-    kube.delete_object("batch/v1", "Job", "gpu-smoke", "default")  # already gone: fine
-    assert kube.get_object("batch/v1", "Job", "gpu-smoke", "default") is None
+    with pytest.raises(Invalid, match="apply_object does not handle batch/v1 Job"):
+        kube.apply_object(job)  # Jobs are created, never replaced: no `update` on Jobs is declared or granted
+    assert kube.get_object("batch/v1", "Job", "gpu-smoke", ns) is not None
+    kube.delete_object("batch/v1", "Job", "gpu-smoke", ns)
+    kube.delete_object("batch/v1", "Job", "gpu-smoke", ns)  # already gone: fine
+    assert kube.get_object("batch/v1", "Job", "gpu-smoke", ns) is None
+    with pytest.raises(Forbidden, match=r'jobs\.batch is forbidden: User ".*" cannot create resource "jobs" in API '
+                                        r'group "batch" in the namespace "default"'):
+        kube.create_object({**job, "metadata": {"name": "gpu-smoke", "namespace": "default"}})
+
+
+def test_a_job_delete_with_the_uid_it_read_spares_a_job_that_took_the_name_since(sim: SimHandle, access: Any) -> None:
+    kube = access.kube(cluster_id(sim, "ml-train"))
+    ns = "gpu-fleet-steward"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gpu-smoke-uid", "namespace": ns},
+           "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "smoke", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    first = kube.create_object(job)["metadata"]["uid"]
+    kube.delete_object("batch/v1", "Job", "gpu-smoke-uid", ns, uid=first)
+    second = kube.create_object(job)["metadata"]["uid"]  # someone else's Job now holds the name
+    with pytest.raises(Conflict):
+        kube.delete_object("batch/v1", "Job", "gpu-smoke-uid", ns, uid=first)
+    assert kube.get_object("batch/v1", "Job", "gpu-smoke-uid", ns)["metadata"]["uid"] == second
+    kube.delete_object("batch/v1", "Job", "gpu-smoke-uid", ns, uid=second)
+    assert kube.get_object("batch/v1", "Job", "gpu-smoke-uid", ns) is None
 
 
 def test_karpenter_objects_apply_on_a_nap_cluster(sim: SimHandle, access: Any) -> None:
@@ -354,18 +363,21 @@ def test_a_throttled_topic_surfaces_as_throttled(sim: SimHandle, settings: Setti
 
 
 def test_a_preview_put_carries_mig_strategy_that_the_stable_api_cannot_express(sim: SimHandle, access: Any) -> None:
+    # Issue 10 (ARM 3, 5): managed MIG is sent as 2026-08-02-preview documents it (nvidia.migProfiles, no
+    # top-level gpuInstanceProfile), and pools are read on that api-version, so the app sees every field.
     aks = access.aks()
     platform = cluster_id(sim, "ml-platform")
     body = {"vmSize": "Standard_ND96asr_v4", "count": 1, "mode": "User", "osType": "Linux",
-            "gpuInstanceProfile": "MIG3g",
-            "gpuProfile": {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single"}}}
-    aks.begin_put_pool(platform, "migpool", body, preview=True)
+            "gpuProfile": {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single",
+                                                           "migProfiles": ["MIG3g"]}}}
+    aks.begin_put_pool(platform, "migpool", body)  # the body's preview-only fields pick the preview api-version
     sub, rg, name = platform.split("/")[2], platform.split("/")[4], platform.split("/")[-1]
-    seen_by_preview = aks._client(sub, preview=True).agent_pools.get(rg, name, "migpool").as_dict()
-    assert seen_by_preview["properties"]["gpuProfile"]["nvidia"]["migStrategy"] == "Single"
+    seen_by_stable = aks._client(sub).agent_pools.get(rg, name, "migpool").as_dict()
+    assert "migStrategy" not in seen_by_stable["properties"]["gpuProfile"]["nvidia"]  # 2026-08-01 cannot see it
     pool = aks.get_pool(platform, "migpool")
     assert pool is not None and pool.management_mode == "Managed"
-    assert "migStrategy" not in pool.properties["gpuProfile"]["nvidia"]  # the stable api-version cannot see it
+    assert pool.properties["gpuProfile"]["nvidia"]["migStrategy"] == "Single"
+    assert pool.properties["gpuProfile"]["nvidia"]["migProfiles"] == ["MIG3g"]
 
 
 # --------------------------------------------------------------------------- wiring

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.clock import ManualClock
-from shared.errors import Invalid, NotFound
+from shared.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from shared.ports import (
     ClusterInfo,
     Condition,
@@ -92,6 +92,23 @@ class FakeFleet:
         self.events: list[tuple[str, str, str]] = []
         self.uids = itertools.count(1)
         self.fail_next: dict[str, Exception] = {}  # method name -> error raised once
+        self.etags = itertools.count(1)
+        self.if_match: list[tuple[str, str, str]] = []  # (method, pool, etag) of every conditional write
+
+    def new_etag(self, cid: str, pool: str) -> None:
+        """A new ``properties.eTag`` for the pool, as AKS gives one on every change (sim/arm.py ``_etag``)."""
+        props = self.pools.get((cid, pool))
+        if props is not None:
+            props["eTag"] = f'"{next(self.etags)}"'
+
+    def check_if_match(self, method: str, cid: str, pool: str, etag: str | None) -> None:
+        """If-Match: 412 (raised as Conflict, as shared.aks does) when the pool's eTag is not ``etag``."""
+        if etag is None:
+            return
+        self.if_match.append((method, pool, etag))
+        current = (self.pools.get((cid, pool)) or {}).get("eTag")
+        if current != etag:
+            raise Conflict(f"412 PreconditionFailed: pool {pool} has eTag {current}, not {etag}")
 
     # ------------------------------------------------------------------ building the fleet
 
@@ -107,6 +124,7 @@ class FakeFleet:
                       "nodeImageVersion": "AKSUbuntu-2204gen2containerd-202611.01.0", "powerState": {"code": "Running"},
                       **copy.deepcopy(dict(props))}
         self.pools[(cid, name)] = properties
+        self.new_etag(cid, name)
         for _ in range(int(properties.get("count") or 0)):
             self._add_node(cid, name, ready_at=self.clock.now())
 
@@ -234,27 +252,33 @@ class FakeAks:
         return sum(GPU_VCPUS.get(str(p.get("vmSize")), 0) * int(p.get("count") or 0)
                    for (c, name), p in self.f.pools.items() if c == cid and name != without)
 
-    def begin_put_pool(self, cid: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
+    def begin_put_pool(self, cid: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+                       etag: str | None = None, create_only: bool = False) -> None:
         self.f.raise_if("begin_put_pool")
         self.f.settle()
+        self.f.check_if_match("PUT", cid, pool, etag)
+        if create_only and self.get_pool(cid, pool) is not None:
+            raise Conflict(f"Agent pool '{pool}' already exists (If-None-Match: *).")
         props = copy.deepcopy(dict(body["properties"]))
         limit = self.f.quota_vcpus.get(cid)
         if limit is not None:
             wanted = self._vcpus_used(cid, without=pool) + GPU_VCPUS.get(str(props.get("vmSize")), 0) * int(props["count"])
             if wanted > limit:
-                raise Invalid(f"Operation could not be completed as it results in exceeding approved quota: {wanted} > {limit}",
-                              code="QuotaExceeded")
+                raise QuotaExceeded(f"Operation could not be completed as it results in exceeding approved quota: "
+                                    f"{wanted} > {limit}", code="QuotaExceeded")
         self.f.arm_writes.append(("PUT", cid, pool))
         existing = self.f.pools.get((cid, pool))
         if existing is None:
             props["provisioningState"] = "Creating"
             self.f.pools[(cid, pool)] = props
+            self.f.new_etag(cid, pool)
 
             def created() -> None:
                 current = self.f.pools.get((cid, pool))
                 if current is None:
                     return
                 current["provisioningState"] = "Succeeded"
+                self.f.new_etag(cid, pool)
                 for _ in range(int(current.get("count") or 0)):
                     self.f._add_node(cid, pool, ready_at=self.f.clock.now() + self.f.ready_s)
 
@@ -270,6 +294,7 @@ class FakeAks:
                 if bound not in props:
                     existing.pop(bound, None)
         existing["provisioningState"] = "Updating"
+        self.f.new_etag(cid, pool)
 
         def updated() -> None:
             current = self.f.pools.get((cid, pool))
@@ -280,15 +305,18 @@ class FakeAks:
                 self.f._add_node(cid, pool, ready_at=self.f.clock.now() + self.f.ready_s)
             current["count"] = target
             current["provisioningState"] = "Succeeded"
+            self.f.new_etag(cid, pool)
 
         self.f.later(self.f.op_s, updated)
 
-    def begin_delete_pool(self, cid: str, pool: str, *, ignore_pdb: bool = False) -> None:
+    def begin_delete_pool(self, cid: str, pool: str, *, ignore_pdb: bool = False, etag: str | None = None) -> None:
         self.f.raise_if("begin_delete_pool")
         if (cid, pool) not in self.f.pools:
             raise NotFound(pool)
+        self.f.check_if_match("DELETE", cid, pool, etag)
         self.f.arm_writes.append(("DELETE", cid, pool))
         self.f.pools[(cid, pool)]["provisioningState"] = "Deleting"
+        self.f.new_etag(cid, pool)
 
         def deleted() -> None:
             for node in [n.name for n in self.f.nodes[cid].values() if n.pool == pool]:
@@ -308,6 +336,7 @@ class FakeAks:
             props = self.f.pools.get((cid, pool))
             if props is not None:
                 props["count"] = sum(1 for n in self.f.nodes[cid].values() if n.pool == pool)
+                self.f.new_etag(cid, pool)
 
         self.f.later(self.f.op_s / 2, deleted)
 
@@ -429,7 +458,8 @@ class FakeKube:
     def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
         return None
 
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None:
         return None
 
 

@@ -20,7 +20,7 @@ from shared.context import Context
 from shared.errors import Conflict, NotFound
 from shared.ledger import InMemoryLedger
 from shared.pool_policy import PoolRequestPolicy
-from shared.ports import ClusterInfo, Condition, NodeView, PoolInfo, Taint
+from shared.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
 from shared.settings import Settings
 
 SUB = "00000000-0000-0000-0000-000000000001"
@@ -99,6 +99,8 @@ class FakeAks:
         self.put_error: Exception | None = None
         self.get_cluster_calls = 0
         self.stable_reads = False  # like ARM on a stable api-version: preview fields (migStrategy) not shown
+        self.deletes: list[tuple[str, str]] = []
+        self.delete_error: Exception | None = None
 
     def get_cluster(self, cluster_id: str) -> ClusterInfo:
         self.get_cluster_calls += 1
@@ -116,21 +118,32 @@ class FakeAks:
             return None
         shown = json.loads(json.dumps(props))
         if self.stable_reads:
-            ((shown.get("gpuProfile") or {}).get("nvidia") or {}).pop("migStrategy", None)
+            nvidia = (shown.get("gpuProfile") or {}).get("nvidia") or {}
+            nvidia.pop("migStrategy", None)
+            nvidia.pop("migProfiles", None)
         return PoolInfo(cluster_id=cluster_id, name=pool, properties=shown)
 
     def list_pools(self, cluster_id: str) -> list[PoolInfo]:
         return [PoolInfo(cluster_id=cluster_id, name=p, properties=dict(v))
                 for (c, p), v in self.pools.items() if c == cluster_id.lower()]
 
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+                       etag: str | None = None, create_only: bool = False) -> None:
         self.puts.append(Put(cluster_id, pool, json.loads(json.dumps(body)), preview))
         if self.put_error is not None:
             raise self.put_error
         self.get_cluster(cluster_id)
+        if create_only and (cluster_id.lower(), pool) in self.pools:
+            raise Conflict(f"Agent pool '{pool}' already exists (If-None-Match: *).")
         self.pools[(cluster_id.lower(), pool)] = {**body["properties"], "provisioningState": "Creating"}
 
-    def set_state(self, cluster_id: str, pool: str, state: str, *, error: Mapping[str, str] | None = None) -> None:
+    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False) -> None:
+        self.deletes.append((cluster_id, pool))
+        if self.delete_error is not None:
+            raise self.delete_error
+        self.pools.pop((cluster_id.lower(), pool), None)
+
+    def set_state(self, cluster_id: str, pool: str, state: str, *, error: Mapping[str, Any] | None = None) -> None:
         props = self.pools[(cluster_id.lower(), pool)]
         props["provisioningState"] = state
         if error is not None:
@@ -156,6 +169,13 @@ class FakeKube:
         self.applied: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, str, str]] = []
         self.list_selectors: list[str] = []
+        self.pods: list[PodView] = []
+        self.uids = 0
+
+    def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
+                  label_selector: str = "") -> list[PodView]:
+        return [p for p in self.pods if (node_name is None or p.node_name == node_name)
+                and (namespace is None or p.namespace == namespace) and _matches(p.labels, label_selector)]
 
     @staticmethod
     def _key(api_version: str, kind: str, name: str, namespace: str | None) -> tuple[str, str, str, str]:
@@ -170,13 +190,24 @@ class FakeKube:
         return None if obj is None else json.loads(json.dumps(obj))
 
     def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """As the API server: 409 when the name is taken; else stored with a fresh uid, and returned."""
         meta = obj["metadata"]
         key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
         if key in self.objects:
             raise Conflict(f"{obj['kind']} {meta['name']} exists")
-        self.objects[key] = json.loads(json.dumps(obj))
-        self.created.append(self.objects[key])
-        return obj
+        stored = json.loads(json.dumps(obj))
+        self.uids += 1
+        stored["metadata"]["uid"] = f"00000000-0000-4000-8000-{self.uids:012d}"
+        self.objects[key] = stored
+        self.created.append(stored)
+        return json.loads(json.dumps(stored))
+
+    def put_foreign_job(self, job: Mapping[str, Any], *, uid: str = "f0f0f0f0-0000-4000-8000-000000000000") -> None:
+        """A Job someone else created (another identity with rights in the namespace), stored as is."""
+        stored = json.loads(json.dumps(job))
+        stored["metadata"]["uid"] = uid
+        meta = stored["metadata"]
+        self.objects[self._key(stored["apiVersion"], stored["kind"], meta["name"], meta.get("namespace"))] = stored
 
     def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = obj["metadata"]
@@ -184,10 +215,13 @@ class FakeKube:
         self.applied.append(json.loads(json.dumps(obj)))
         return obj
 
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None:
         key = self._key(api_version, kind, name, namespace)
         if key not in self.objects:
             raise NotFound(f"{kind} {name}")
+        if uid and (self.objects[key].get("metadata") or {}).get("uid") != uid:
+            raise Conflict(f"{kind} {name}: Precondition failed: UID in precondition: {uid}")
         del self.objects[key]
         self.deleted.append(key)
 
@@ -230,7 +264,8 @@ def materialise(aks: FakeAks, kube: FakeKube, cluster: str, pool: str) -> list[N
     if managed:
         labels["kubernetes.azure.com/dcgm-exporter"] = "enabled"
         conditions = HEALTHY_NPD
-        profile = size.mig_profile(props.get("gpuInstanceProfile") or "") if strategy != "None" else None
+        mig_name = (nvidia.get("migProfiles") or [props.get("gpuInstanceProfile") or ""])[0]
+        profile = size.mig_profile(mig_name) if strategy != "None" else None
         if strategy == "Mixed" and profile is not None:
             allocatable[profile.resource] = str(size.gpus * profile.instances_per_gpu)
         elif strategy == "Single" and profile is not None:

@@ -196,7 +196,8 @@ class FakeKube:
     def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
         return None
 
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None:
         self.writes.append(("delete_object", kind, name))
 
     # the fleet's own behaviour
@@ -226,6 +227,7 @@ class FakeCompute:
     fleet: Fleet
     outcomes: dict[str, str] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)
+    clusters: list[str | None] = field(default_factory=list)  # the cluster_id each call was made for
 
     def _apply(self, rung: str, vm: str) -> None:
         outcome = self.outcomes.get(rung, "fails")
@@ -242,10 +244,12 @@ class FakeCompute:
         else:
             self.fleet.kube.reboot_without_healing(node)
 
-    def begin_restart(self, vm_resource_id: str) -> None:
+    def begin_restart(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:
+        self.clusters.append(cluster_id)
         self._apply("restart", vm_resource_id)
 
-    def begin_reimage(self, vm_resource_id: str) -> None:
+    def begin_reimage(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:
+        self.clusters.append(cluster_id)
         self._apply("reimage", vm_resource_id)
 
 
@@ -259,12 +263,20 @@ class FakeAks:
     quota: int = 1000  # extra nodes a surge may add
     new_nodes_broken: bool = False
     autoscaled: bool = False
+    node_provisioning_mode: str = "Manual"  # "Auto" = node auto-provisioning (Karpenter)
+    pool_modes: dict[str, str] = field(default_factory=dict)  # pool -> ARM mode (default User)
+    pool_sizes: dict[str, str] = field(default_factory=dict)  # pool -> ARM vmSize (default a T4 size)
+    # ARM's machines are the pool's nodes, except nodes no VM backs (forged Node objects); a machine's VM
+    # is vm_id(name) unless overridden here. Node objects may say otherwise (their providerID is a claim).
+    not_machines: set[str] = field(default_factory=set)
+    machine_ids: dict[str, str] = field(default_factory=dict)
     writes: list[tuple[Any, ...]] = field(default_factory=list)
     _serial: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo(id=CLUSTER, name="c1", subscription=SUB, resource_group="rg", location="eastus",
-                           tags=dict(self.tags), node_resource_group="mc_rg")
+                           tags=dict(self.tags), node_resource_group="mc_rg",
+                           node_provisioning_mode=self.node_provisioning_mode)
 
     def list_clusters(self, subscription: str) -> list[ClusterInfo]:
         return [self.cluster()] if subscription == SUB else []
@@ -281,11 +293,13 @@ class FakeAks:
         if pool not in self.counts:
             return None
         return PoolInfo(cluster_id=cluster_id, name=pool,
-                        properties={"count": self.counts[pool], "vmSize": "Standard_NC4as_T4_v3",
+                        properties={"count": self.counts[pool], "mode": self.pool_modes.get(pool, "User"),
+                                    "vmSize": self.pool_sizes.get(pool, "Standard_NC4as_T4_v3"),
                                     "provisioningState": "Succeeded", "enableAutoScaling": self.autoscaled,
                                     "nodeImageVersion": "AKSUbuntu-2204gen2containerd-202611.01.0"})
 
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+                       etag: str | None = None, create_only: bool = False) -> None:
         props = body.get("properties", body)
         assert "nodeImageVersion" not in props and "provisioningState" not in props, "read-only fields sent"
         count = int(props["count"])
@@ -317,8 +331,9 @@ class FakeAks:
                     del self.fleet.kube.pods[uid]
 
     def list_machines(self, cluster_id: str, pool: str) -> list[MachineInfo]:
-        return [MachineInfo(name=n.name, resource_id=vm_id(n.name)) for n in self.fleet.kube.list_nodes(
-            label_selector=f"kubernetes.azure.com/agentpool={pool}")]
+        return [MachineInfo(name=n.name, resource_id=self.machine_ids.get(n.name, vm_id(n.name)))
+                for n in self.fleet.kube.list_nodes(label_selector=f"kubernetes.azure.com/agentpool={pool}")
+                if n.name not in self.not_machines]
 
     def list_maintenance_configurations(self, cluster_id: str) -> list[Mapping[str, Any]]:
         return []

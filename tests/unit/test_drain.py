@@ -128,9 +128,12 @@ def test_only_pods_that_must_go_are_ever_evicted(kinds: list[str]) -> None:
             pods.append(make_pod(f"p{i}", "n", deleting=NOW - 1))
         else:
             pods.append(make_pod(f"p{i}", "n", owner=kind))
-    _, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
+    state, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
     evicted = {a.name for a in actions}
-    assert evicted == {f"p{i}" for i, kind in enumerate(kinds) if kind == "ReplicaSet"}
+    # A pod without a controller refuses the whole node before anything is evicted (issue 10, app 2).
+    expected = set() if "bare" in kinds else {f"p{i}" for i, kind in enumerate(kinds) if kind == "ReplicaSet"}
+    assert evicted == expected
+    assert (state.outcome == drain.REFUSED) == ("bare" in kinds)
 
 
 def test_the_pods_with_the_longest_grace_period_are_evicted_first() -> None:

@@ -13,7 +13,8 @@ from azure.functions.queue import QueueMessage
 from azure.functions.timer import TimerRequest
 
 import function_app
-from shared import entrypoints
+from functions import pool_requests
+from shared import entrypoints, teams
 
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
 
@@ -22,14 +23,25 @@ def bindings(name: str) -> dict[str, dict[str, Any]]:
     return {b["name"]: b for b in json.loads(FUNCTIONS[name].get_function_json())["bindings"]}
 
 
-def test_the_app_registers_exactly_the_six_functions_of_the_three_jobs() -> None:
-    assert set(FUNCTIONS) == {"pool_requests", "reconcile_timer", "reconcile_nudge", "health_sweep",
-                              "remediation_events", "migration_planner"}
+# The pool-request functions are one per team of POOL_REQUEST_TEAMS (tests/unit/test_function_app_teams.py);
+# this process sets no team, so the app has the five functions of the other jobs.
+APP_FUNCTIONS = set(FUNCTIONS)
+TEAM = teams.Team(name="vision", queue="gpu-pool-requests-vision", clusters=None)
+_team_bp = func.Blueprint()
+pool_requests.register(_team_bp, [TEAM])
+_team_app = func.FunctionApp()
+_team_app.register_functions(_team_bp)
+FUNCTIONS.update({f.get_function_name(): f for f in _team_app.get_functions()})
+
+
+def test_the_app_registers_exactly_the_five_functions_of_the_other_jobs_when_no_team_is_set() -> None:
+    assert set(APP_FUNCTIONS) == {"reconcile_timer", "reconcile_nudge", "health_sweep", "remediation_events",
+                                  "migration_planner"}
 
 
 @pytest.mark.parametrize(
     ("function", "trigger", "setting"),
-    [("pool_requests", "queueTrigger", "%POOL_REQUEST_QUEUE%"), ("reconcile_nudge", "queueTrigger", "%NUDGE_QUEUE%"),
+    [("reconcile_nudge", "queueTrigger", "%NUDGE_QUEUE%"),
      ("reconcile_timer", "timerTrigger", "%RECONCILE_SCHEDULE%"), ("health_sweep", "timerTrigger", "%SWEEP_SCHEDULE%"),
      ("migration_planner", "timerTrigger", "%MIGRATION_SCHEDULE%"), ("remediation_events", "eventGridTrigger", None)],
     ids=lambda v: str(v),
@@ -46,9 +58,9 @@ def test_a_pool_request_message_is_handed_over_with_its_dequeue_count_and_nudges
     out = mock.Mock()
     result = entrypoints.PoolRequestResult(status="accepted", request_id="r1", nudge="pool-request:r1")
     with mock.patch.object(entrypoints, "handle_pool_request", return_value=result) as handle:
-        FUNCTIONS["pool_requests"].get_user_function()(
+        FUNCTIONS["pool_requests_vision"].get_user_function()(
             QueueMessage(id="m1", body=b'{"requestId": "r1"}', dequeue_count=3), out)
-    handle.assert_called_once_with(b'{"requestId": "r1"}', message_id="m1", dequeue_count=3)
+    handle.assert_called_once_with(b'{"requestId": "r1"}', team="vision", message_id="m1", dequeue_count=3)
     out.set.assert_called_once_with("pool-request:r1")
 
 
@@ -56,7 +68,7 @@ def test_a_rejected_pool_request_does_not_nudge() -> None:
     out = mock.Mock()
     result = entrypoints.PoolRequestResult(status="rejected", request_id="r1")
     with mock.patch.object(entrypoints, "handle_pool_request", return_value=result):
-        FUNCTIONS["pool_requests"].get_user_function()(QueueMessage(id="m1", body=b"{}", dequeue_count=1), out)
+        FUNCTIONS["pool_requests_vision"].get_user_function()(QueueMessage(id="m1", body=b"{}", dequeue_count=1), out)
     out.set.assert_not_called()
 
 

@@ -282,8 +282,12 @@ def test_supported_object_kinds_are_declared_with_their_permissions() -> None:
     from shared.permissions import collect_kube_rules
 
     rules = collect_kube_rules(kube)
+    # per kind, only what the app does with it (issue 11): Jobs are created, read and deleted, never
+    # replaced; Karpenter objects are applied (get, create, update), read and deleted
     for (group, _kind), (plural, _namespaced) in OBJECT_KINDS.items():
-        assert {(group, plural, verb) for verb in ("create", "get", "update", "delete")} <= rules
+        assert {(group, plural, verb) for verb in ("create", "get", "delete")} <= rules
+    assert ("batch", "jobs", "update") not in rules
+    assert ("karpenter.sh", "nodepools", "update") in rules
     assert {("", "nodes", "list"), ("", "nodes", "patch"), ("", "pods", "list"), ("", "pods/eviction", "create"),
             ("", "events", "create"), ("coordination.k8s.io", "leases", "update"),
             ("policy", "poddisruptionbudgets", "list")} <= rules

@@ -74,9 +74,11 @@ CLUSTER = {
     "daily with an offset": (
         [managed(schedule={"daily": {"intervalDays": 1}}, durationHours=6, startTime="23:00", utcOffset="+05:30")],
         "2026-12-02T18:00", True, None),
-    "absoluteMonthly on the 31st falls on the last day": (
+    # Whether AKS skips a month without a 31st or uses its last day is undocumented: skipping is the
+    # reading that never opens a window the other keeps closed (tests/unit/test_maintenance_windows_strict.py).
+    "absoluteMonthly on the 31st skips a month without one": (
         [managed(schedule={"absoluteMonthly": {"intervalMonths": 1, "dayOfMonth": 31}}, durationHours=4, startTime="01:00")],
-        "2026-11-30T02:00", True, None),
+        "2026-11-30T02:00", False, "2026-12-31T01:00"),
     "relativeMonthly last friday": (
         [managed(schedule={"relativeMonthly": {"intervalMonths": 1, "weekIndex": "Last", "dayOfWeek": "Friday"}},
                  durationHours=8, startTime="20:00")], "2026-12-02T12:00", False, "2026-12-25T20:00"),

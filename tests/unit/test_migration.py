@@ -299,7 +299,7 @@ def test_the_old_pool_is_never_deleted_while_a_workload_pod_remains_on_it() -> N
     world.fleet.add_workload(world.cid, "bare", 1, controller="", pool="gpu", gpus=0)  # no controller: never evicted
     run_planner(world.ctx())
     rec = world.drive()
-    assert rec.state == "blocked" and "drain stalled" in rec.data["reason"]
+    assert rec.state == "blocked" and "drain refused" in rec.data["reason"]
     assert world.pool("gpu") is not None
     assert "DELETE" not in [w[0] for w in world.fleet.arm_writes]
     assert world.events.types()[-1] == "Steward.Migration.Blocked"
@@ -310,6 +310,8 @@ def test_a_pod_found_on_the_old_pool_right_before_the_delete_sends_the_migration
     world = World()
     run_planner(world.ctx(), start=False)
     rec = world.record()
+    # The replacement exists and serves (issue 11: the old pool is deleted only once ARM shows its tagged replacement).
+    world.fleet.add_pool(world.cid, rec.data["replacement"], rec.data["body"])
     deleting = msgspec.structs.replace(rec, state="deleting", data={**rec.data, "drained": ["x"]})
     after = advance(deleting, world.ctx())  # the old nodes still run the workload
     assert after.state == "draining" and after.data["drained"] == ["x"]
@@ -480,3 +482,37 @@ def test_a_label_only_the_old_nodes_carry_is_caught_on_the_real_replacement_and_
     assert not any(n.unschedulable for n in world.fleet.nodes[world.cid].values() if n.pool == "gpu")
     assert world.events.types()[-1] == "Steward.Migration.Blocked"
     assert_safe(world)
+
+
+def test_a_pool_made_under_the_replacements_name_after_the_read_is_never_overwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.fakes_migration import FakeAks
+
+    world = World()
+    run_planner(world.ctx(), start=False)
+    replacement = str(world.record().data["replacement"])
+    theirs = t4_pool(count=2, gpuProfile=MANAGED_GPU_PROFILE)
+    world.fleet.add_pool(world.cid, replacement, theirs)  # someone's pool, created right after our read
+    read = FakeAks.get_pool
+    unseen = iter([True])
+
+    def racing_read(self: FakeAks, cid: str, pool: str) -> Any:
+        return None if pool == replacement and next(unseen, False) else read(self, cid, pool)
+
+    monkeypatch.setattr(FakeAks, "get_pool", racing_read)
+    before = dict(world.fleet.pools[(world.cid, replacement)])
+    rec = world.drive()
+    assert world.fleet.pools[(world.cid, replacement)] == before  # the create said If-None-Match: *
+    assert rec.state == "blocked" and "was not created by this migration" in rec.data["reason"], rec.data["reason"]
+    assert world.pool("gpu") is not None
+
+
+def test_a_pool_with_a_pod_the_drain_would_refuse_is_blocked_before_any_gpu_is_bought() -> None:
+    world = World(policy=MigrationPolicy(enabled=True, strategy="surge", drain_timeout_s=900))
+    world.fleet.add_workload(world.cid, "bare", 1, controller="", pool="gpu", gpus=0)  # no controller: never evicted
+    run_planner(world.ctx())
+    rec = world.drive()
+    assert rec.state == "blocked" and "checked before creating the replacement" in rec.data["reason"]
+    assert "bare" in rec.data["reason"]
+    assert world.fleet.arm_writes == []  # neither the replacement PUT nor any DELETE
+    assert world.pods_on("gpu") == 4  # three replicas of train and the bare pod: nothing was evicted

@@ -188,15 +188,15 @@ def test_a_record_written_unannounced_by_an_older_version_is_announced_on_redeli
 
 @pytest.mark.parametrize(("overrides", "gpu_profile", "preview"), [
     pytest.param({}, {"driver": "Install", "nvidia": {"managementMode": "Managed"}}, False, id="managed"),
-    pytest.param({"installProfile": "driverOnly"}, {"driver": "Install", "nvidia": {"managementMode": "Unmanaged"}},
-                 False, id="driver only"),
-    pytest.param({"installProfile": "none"}, {"driver": "None", "nvidia": {"managementMode": "Unmanaged"}}, False,
-                 id="bring your own driver"),
+    pytest.param({"installProfile": "driverOnly"}, {"driver": "Install"}, False, id="driver only"),
+    pytest.param({"installProfile": "none"}, {"driver": "None"}, False, id="bring your own driver"),
     pytest.param({"vmSize": A100, "mig": {"strategy": "Single", "profile": "MIG3g"}},
-                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single"}}, True,
+                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single",
+                                                  "migProfiles": ["MIG3g"]}}, True,
                  id="MIG single"),
     pytest.param({"vmSize": A100, "mig": {"strategy": "Mixed", "profile": "MIG1g"}},
-                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed"}}, True,
+                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed",
+                                                  "migProfiles": ["MIG1g"]}}, True,
                  id="MIG mixed"),
     pytest.param({"osSku": "AzureLinux", "count": 2, "zones": ["1", "2"]},
                  {"driver": "Install", "nvidia": {"managementMode": "Managed"}}, False, id="Azure Linux in two zones"),
@@ -320,6 +320,26 @@ def test_a_pool_name_taken_by_someone_else_fails_without_touching_it() -> None:
     assert world.aks.puts == []
 
 
+def test_a_pool_made_under_the_name_between_the_read_and_the_put_is_not_overwritten() -> None:
+    world = make_world()
+    theirs = {"vmSize": "Standard_D4s_v5", "provisioningState": "Succeeded"}
+    world.aks.pools[(CLUSTER.lower(), "gpunp")] = dict(theirs)
+    reads = world.aks.get_pool
+    unseen = iter([True])
+
+    def racing_read(cluster_id: str, pool: str) -> Any:  # our read happened just before theirs was created
+        return None if next(unseen, False) else reads(cluster_id, pool)
+
+    world.aks.get_pool = racing_read  # type: ignore[method-assign]
+    submit(world)
+    reconcile(world)
+    assert world.aks.pools[(CLUSTER.lower(), "gpunp")] == theirs  # the PUT said If-None-Match: *
+    reconcile(world, seconds=world.policy.poll_interval_s)
+    final = record(world)
+    assert final.state == "failed" and final.data["error"]["code"] == "PoolNameTaken"
+    assert world.aks.pools[(CLUSTER.lower(), "gpunp")] == theirs
+
+
 def test_creation_that_never_finishes_times_out() -> None:
     world = make_world(policy=PoolRequestPolicy(create_timeout_s=120))
     submit(world)
@@ -386,7 +406,7 @@ def test_a_sample_job_that_completes_proves_the_pool_and_is_cleaned_up() -> None
     assert pod["nodeSelector"] == {"kubernetes.azure.com/agentpool": "gpunp"}
     assert pod["tolerations"] == [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    world.kube().set_job_status(job["metadata"]["name"], "default", {"succeeded": 1,
+    world.kube().set_job_status(job["metadata"]["name"], job["metadata"]["namespace"], {"succeeded": 1,
                                 "conditions": [{"type": "Complete", "status": "True"}]})
     reconcile(world, seconds=15)
     final = record(world)
@@ -399,7 +419,7 @@ def test_a_sample_job_that_fails_fails_the_request_and_is_cleaned_up() -> None:
     submit(world, validateWorkload=True)
     drive_to_success(world)
     job = the_job(world)
-    world.kube().set_job_status(job["metadata"]["name"], "default", {"failed": 1, "conditions": [
+    world.kube().set_job_status(job["metadata"]["name"], job["metadata"]["namespace"], {"failed": 1, "conditions": [
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "CUDA error"}]})
     reconcile(world, seconds=15)
     final = record(world)

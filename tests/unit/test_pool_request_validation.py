@@ -331,7 +331,7 @@ def test_the_policy_reads_its_settings_by_name() -> None:
     policy = PoolRequestPolicy.from_env({"POOL_REQUEST_MAX_BYTES": "2048", "POOL_REQUEST_CREATE_TIMEOUT_S": "600",
                                          "POOL_REQUEST_DEFAULT_TAINTS": "gpu=true:NoSchedule,dedicated:NoExecute",
                                          "POOL_REQUEST_ALLOWED_SIZES": "Standard_NC4as_T4_v3",
-                                         "POOL_REQUEST_SAMPLE_JOB_IMAGE": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"})
+                                         "POOL_REQUEST_SAMPLE_JOB_IMAGE": "nvcr.io/nvidia/cuda@sha256:" + "0" * 64})
     assert (policy.max_payload_bytes, policy.create_timeout_s) == (2048, 600)
     assert policy.default_taints == ("gpu=true:NoSchedule", "dedicated:NoExecute")
     assert policy.allowed_sizes == ("Standard_NC4as_T4_v3",)

@@ -32,18 +32,22 @@ def req(**overrides: Any) -> PoolRequest:
 @pytest.mark.parametrize(("overrides", "gpu_profile", "preview"), [
     pytest.param({}, {"driver": "Install", "nvidia": {"managementMode": "Managed"}}, False,
                  id="managed: driver Install and Managed, stable api"),
-    pytest.param({"installProfile": "driverOnly"}, {"driver": "Install", "nvidia": {"managementMode": "Unmanaged"}},
-                 False, id="driver only: Install and Unmanaged"),
-    pytest.param({"installProfile": "none"}, {"driver": "None", "nvidia": {"managementMode": "Unmanaged"}}, False,
-                 id="none: driver None and Unmanaged"),
+    # Issue 10 ARM 4: driver-only and no-driver pools carry no nvidia block (it is the managed experience's).
+    pytest.param({"installProfile": "driverOnly"}, {"driver": "Install"},
+                 False, id="driver only: Install and no nvidia block"),
+    pytest.param({"installProfile": "none"}, {"driver": "None"}, False,
+                 id="none: driver None and no nvidia block"),
+    # Issue 10 ARM 3: managed MIG as 2026-08-02-preview documents it (examples/AgentPoolsCreate_SingleMIG.json).
     pytest.param({"vmSize": A100, "mig": {"strategy": "Single", "profile": "MIG3g"}},
-                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single"}}, True,
+                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Single",
+                                                  "migProfiles": ["MIG3g"]}}, True,
                  id="MIG single needs the preview api"),
     pytest.param({"vmSize": A100, "mig": {"strategy": "Mixed", "profile": "MIG1g"}},
-                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed"}}, True,
+                 {"driver": "Install", "nvidia": {"managementMode": "Managed", "migStrategy": "Mixed",
+                                                  "migProfiles": ["MIG1g"]}}, True,
                  id="MIG mixed needs the preview api"),
     pytest.param({"vmSize": A100, "installProfile": "driverOnly", "mig": {"profile": "MIG2g"}},
-                 {"driver": "Install", "nvidia": {"managementMode": "Unmanaged"}}, False,
+                 {"driver": "Install"}, False,
                  id="classic MIG (profile only) stays on the stable api"),
 ])
 def test_each_install_profile_becomes_an_explicit_gpu_profile(overrides: dict[str, Any], gpu_profile: dict[str, Any],
@@ -57,9 +61,17 @@ def test_each_install_profile_becomes_an_explicit_gpu_profile(overrides: dict[st
     pytest.param({"strategy": "Single", "profile": "MIG3g"}, "MIG3g", id="single"),
     pytest.param({"strategy": "Mixed", "profile": "MIG1g"}, "MIG1g", id="mixed"),
 ])
-def test_mig_sets_the_gpu_instance_profile(mig: dict[str, str], profile: str) -> None:
+def test_managed_mig_sends_mig_profiles_and_never_the_exclusive_gpu_instance_profile(mig: dict[str, str],
+                                                                                    profile: str) -> None:
+    # 2026-08-02-preview: migProfiles "is mutually exclusive with the top-level gpuInstanceProfile property".
     body, _ = agent_pool_body(req(vmSize=A100, mig=mig))
-    assert body["properties"]["gpuInstanceProfile"] == profile
+    assert body["properties"]["gpuProfile"]["nvidia"]["migProfiles"] == [profile]
+    assert "gpuInstanceProfile" not in body["properties"]
+
+
+def test_classic_mig_keeps_the_top_level_gpu_instance_profile() -> None:
+    body, preview = agent_pool_body(req(vmSize=A100, installProfile="driverOnly", mig={"profile": "MIG2g"}))
+    assert body["properties"]["gpuInstanceProfile"] == "MIG2g" and preview is False
 
 
 def test_the_minimal_request_is_the_seeds_az_aks_nodepool_add() -> None:

@@ -430,7 +430,7 @@ def test_the_policy_reads_its_settings_and_names_the_bad_one() -> None:
 
 
 def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.errors import Invalid
+    from shared.errors import OperationInProgress
 
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
     real_put = fleet.aks.begin_put_pool
@@ -439,8 +439,9 @@ def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: p
     def put(cluster_id: str, pool: str, body: dict, *, preview: bool = False) -> None:
         if busy["left"]:
             busy["left"] -= 1
-            raise Invalid("Operation is not allowed: Another operation (Upgrading) is in progress on agent pool 'gpu'",
-                          code="OperationNotAllowed")
+            # what shared.aks.map_arm_error makes of AKS's 409 OperationNotAllowed
+            raise OperationInProgress("Operation is not allowed: Another operation (Upgrading) is in progress "
+                                      "on agent pool 'gpu'")
         real_put(cluster_id, pool, body, preview=preview)
 
     monkeypatch.setattr(fleet.aks, "begin_put_pool", put)
@@ -484,7 +485,7 @@ def test_a_node_left_cordoned_by_an_earlier_attempt_is_adopted_and_uncordoned_on
 def test_a_reimage_that_re_registers_the_node_object_counts_as_the_same_node_repaired() -> None:
     fleet = one_broken(RemediationPolicy(ladder=("reimage",)))
 
-    def reimage(vm: str) -> None:
+    def reimage(vm: str, *, cluster_id: str | None = None) -> None:
         name = vm.rsplit("/", 1)[-1]
         old = fleet.kube.nodes[name]
         fleet.compute.writes.append(("reimage", vm))
@@ -547,7 +548,7 @@ def test_a_restart_that_was_saved_as_requested_but_never_issued_is_issued_once_o
     before = _step_until_rung_starts(fleet, "restart")
     real_restart = fleet.compute.begin_restart
 
-    def killed_before_the_call(vm: str) -> None:
+    def killed_before_the_call(vm: str, *, cluster_id: str | None = None) -> None:
         raise HostDied(vm)
 
     monkeypatch.setattr(fleet.compute, "begin_restart", killed_before_the_call)
@@ -575,7 +576,7 @@ def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monke
     fleet.compute.outcomes["restart"] = "heals"
     real_restart = fleet.compute.begin_restart
 
-    def reached_azure_but_the_answer_was_lost(vm: str) -> None:
+    def reached_azure_but_the_answer_was_lost(vm: str, *, cluster_id: str | None = None) -> None:
         monkeypatch.setattr(fleet.compute, "begin_restart", real_restart)
         real_restart(vm)
         raise Transient("connection reset by peer")

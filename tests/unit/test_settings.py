@@ -108,7 +108,7 @@ def test_defaults_follow_the_architecture_document() -> None:
     assert (s.pool_request_queue, s.nudge_queue, s.ledger_table) == ("gpu-pool-requests", "steward-nudge", "stewardledger")
     assert s.eventgrid_scope == "https://eventgrid.azure.net/.default" and s.event_source == "/gpu-fleet-steward"
     assert (s.reconcile_schedule, s.sweep_schedule, s.migration_schedule) == (
-        "*/30 * * * * *", "0 * * * * *", "0 */15 * * * *")
+        "0 */5 * * * *", "0 * * * * *", "0 */15 * * * *")
     assert s.paused is False and s.instance_name == "" and s.azure_client_id == ""
     assert s.managed_identity_available is False
     assert s.pool_requests is not None and s.remediation is not None and s.migration is not None

@@ -1,0 +1,146 @@
+"""Operator commands: a validated path from ``fleetctl`` to the app, instead of raw table writes.
+
+An operator action such as the breaker reset used to be fleetctl writing the ``breaker`` row itself:
+whoever could write the table wrote the app's state directly, with any fields, any time stamp (the
+laptop's clock) and no record of who asked or why beyond what that writer chose to put there. Now
+fleetctl only *asks*: it writes a ``command`` record (kind ``command``, id a fresh UUID) holding a
+request of a fixed schema (:class:`Command`: which command, who, when, why; unknown fields refused),
+and the app applies it:
+
+- the reconciler (``shared.reconciler``, kind ``command``) calls :func:`advance`, which validates
+  the record again, whoever wrote it (:func:`parse`), and refuses what is not allowed: an unknown
+  command, a missing or malformed ``by``/``reason``, a request from the future or older than
+  :data:`MAX_AGE_S` (a replayed or long-forgotten row), a record in an unexpected state;
+- an allowed command is carried out by the app's own code (``breaker.reset``: the app's clock, the
+  app's event ``Steward.Breaker.Reset`` naming who and why) and the record ends ``applied`` with
+  what was done; a refused one ends ``rejected`` with the reason; both stay as the audit trail
+  (``fleetctl`` shows them);
+- a command is applied once: the reconciler's claim makes one writer, and a record already
+  ``applied`` is never active again.
+
+Allowed commands (:data:`ALLOWED`): ``breaker.reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from shared.errors import Invalid
+from shared.ports import Record
+
+if TYPE_CHECKING:
+    from shared.context import Context
+    from shared.ports import LedgerPort
+
+log = logging.getLogger("steward.commands")
+
+KIND = "command"
+REQUESTED, APPLIED, REJECTED = "requested", "applied", "rejected"
+ACTIVE_STATES = frozenset({REQUESTED})
+TERMINAL_STATES = frozenset({APPLIED, REJECTED})
+BREAKER_RESET = "breaker.reset"
+ALLOWED: frozenset[str] = frozenset({BREAKER_RESET})
+MAX_AGE_S = 3600.0
+"""A command not applied within an hour of being asked is refused (the operator asks again, knowingly)."""
+FUTURE_SKEW_S = 300.0
+"""How far ahead of the app's clock a request may be stamped (clock skew of the operator's machine)."""
+_WHO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+_REASON_MAX = 500
+
+
+class Command(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What an operator asks (the ``data`` of a ``command`` record)."""
+
+    command: Literal["breaker.reset"]
+    by: str
+    reason: str
+    requested_at: float
+
+
+def _problems(cmd: Command) -> list[str]:
+    problems = []
+    if cmd.command not in ALLOWED:
+        problems.append(f"command {cmd.command!r} is not one of {sorted(ALLOWED)}")
+    if not _WHO.fullmatch(cmd.by):
+        problems.append("by must name the operator: 1-128 characters of letters, digits and . _ @ + -")
+    text = cmd.reason.strip()
+    if not text or len(cmd.reason) > _REASON_MAX or any(ord(c) < 32 and c not in "\t" for c in cmd.reason):
+        problems.append(f"reason must be 1-{_REASON_MAX} printable characters on one line")
+    return problems
+
+
+def parse(data: Mapping[str, Any]) -> Command:
+    """The command in ``data``, validated; Invalid (with every problem) otherwise."""
+    try:
+        cmd = msgspec.convert(dict(data), Command, strict=True)
+    except msgspec.ValidationError as error:
+        raise Invalid(f"not a valid command: {error}", code="InvalidCommand") from None
+    problems = _problems(cmd)
+    if problems:
+        raise Invalid("not a valid command: " + "; ".join(problems), code="InvalidCommand")
+    return cmd
+
+
+def request(ledger: LedgerPort, *, command: str, by: str, reason: str, now: float, id_: str | None = None) -> Record:
+    """Ask the app to carry out ``command`` (fleetctl): validated here, written as a new ``command`` record.
+
+    Raises Invalid before anything is written when the request is not valid."""
+    cmd = parse({"command": command, "by": by, "reason": reason, "requested_at": float(now)})
+    record = Record(kind=KIND, id=id_ or uuid.uuid4().hex, state=REQUESTED, data=msgspec.to_builtins(cmd),
+                    created_at=now, updated_at=now, next_at=now,
+                    history=[{"at": now, "state": REQUESTED, "note": f"{cmd.command} asked by {cmd.by}: {cmd.reason}"}])
+    return ledger.create(record)
+
+
+def _reject(record: Record, *, now: float, reason: str) -> Record:
+    log.warning("command %s rejected: %s", record.id, reason)
+    return record.moved(REJECTED, at=now, note=reason, rejected_because=reason, finished_at=now)
+
+
+def advance(record: Record, ctx: Context) -> Record:
+    """The reconciler's step: validate the command again (whoever wrote the row) and carry it out once."""
+    now = ctx.clock.now()
+    if record.state != REQUESTED:
+        return _reject(record, now=now, reason=f"a command in state {record.state!r} is not applied")
+    fields = {k: v for k, v in record.data.items() if not k.startswith("_")}
+    try:
+        cmd = parse(fields)
+    except Invalid as error:
+        return _reject(record, now=now, reason=error.reason)
+    if cmd.requested_at > now + FUTURE_SKEW_S:
+        return _reject(record, now=now, reason=f"requested at {cmd.requested_at:.0f}, in the future (now {now:.0f})")
+    if now - cmd.requested_at > MAX_AGE_S:
+        return _reject(record, now=now, reason=f"requested {now - cmd.requested_at:.0f}s ago, more than "
+                                                f"{MAX_AGE_S:.0f}s: ask again")
+    if cmd.command == BREAKER_RESET:
+        from shared import breaker
+
+        state = breaker.reset(ctx, by=cmd.by, reason=cmd.reason, command=record.id)
+        log.info("breaker reset by %s (command %s): %s", cmd.by, record.id, cmd.reason)
+        return record.moved(APPLIED, at=now, note=f"breaker reset by {cmd.by}", finished_at=now,
+                            result={"breaker": state.state, "reset_at": state.reset_at})
+    return _reject(record, now=now, reason=f"command {cmd.command!r} has no handler")  # pragma: no cover - ALLOWED
+
+
+def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
+    """The reconciler's hook for a command whose application keeps failing: ``rejected`` with why."""
+    if record.state in TERMINAL_STATES:
+        return record
+    return _reject(record, now=ctx.clock.now(), reason=reason)
+
+
+def view(record: Record) -> dict[str, Any]:
+    """What fleetctl shows of a command."""
+    d = record.data
+    return {"id": record.id, "state": record.state, "command": d.get("command"), "by": d.get("by"),
+            "reason": d.get("reason"), "requested_at": d.get("requested_at"),
+            "outcome": d.get("rejected_because") if record.state == REJECTED else (d.get("result") or {})}
+
+
+__all__ = ["ACTIVE_STATES", "ALLOWED", "KIND", "Command", "advance", "give_up", "parse", "request", "view"]

@@ -1,0 +1,374 @@
+"""Each grant the deployment gives the app is needed, and is enough: taken away, its call fails, clearly.
+
+One in-process simulator (HTTPS, manual clock) authorizes the app's identity exactly as infra/ grants it
+(sim/rbac.py over infra/kubernetes/*.yaml, sim/armrbac.py over infra/app/steward-role.bicep). For
+every Kubernetes rule verb (ClusterRole and the namespaced Role) and every ARM action, the test drives
+the production adapter method that needs it (shared.kube.KubeClient, shared.aks.AksClient,
+shared.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
+raises the project's Forbidden naming the verb and resource, or the action; with it back, the same call
+goes through. The tables are checked against the declarations (shared.permissions) so that a new grant
+without a test here fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from shared.clock import ManualClock
+from shared.errors import Forbidden
+from shared.permissions import APP_NAMESPACE, CLUSTER, collect_kube_rules
+from shared.settings import load
+
+if importlib.util.find_spec("sim.server") is None:  # pragma: no cover
+    pytest.skip("the simulator is not in this checkout", allow_module_level=True)
+
+from sim import rbac
+from sim.armrbac import granted_actions
+from sim.certs import make_certs
+from sim.scenario import build_fleet
+from sim.server import SimServer
+
+pytestmark = pytest.mark.timeout(300)
+
+SUB = "00000000-0000-0000-0000-0000000000c8"
+NS = "gpu-fleet-steward"
+SUBNET = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/subnets/gpu"
+PREFIX = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/publicIPPrefixes/gpu-ips"
+PPG = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Compute/proximityPlacementGroups/gpu-ppg"
+SCENARIO: dict[str, Any] = {
+    "seed": 11, "clock": {"manual": True},
+    "subscriptions": [{"id": SUB, "clusters": [
+        {"name": "plain", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
+         "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},
+                   {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 3,
+                    "gpuProfile": {"driver": "Install", "nvidia": {"managementMode": "Managed"}}},
+                   {"name": "doomed", "vmSize": "Standard_D4s_v5", "count": 1}],
+         "workloads": [{"kind": "Deployment", "name": "api", "namespace": "ml", "replicas": 2,
+                        "resources": {"cpu": "100m"}, "pdb": {"maxUnavailable": 1}}]},
+        {"name": "azrbac", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
+         "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},
+                   {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 1}],
+         "workloads": [{"kind": "Deployment", "name": "api", "namespace": "ml", "replicas": 1,
+                        "resources": {"cpu": "100m"}, "pdb": {"maxUnavailable": 1}}]},
+        {"name": "nap", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
+         "node_provisioning_mode": "Auto",
+         "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1}],
+         "karpenter": {"nodeclasses": [{"name": "gpu", "tags": {"EnableManagedGPUExperience": "true"}}],
+                       "nodepools": [{"name": "gpu", "node_class": "gpu", "requirements": [
+                           {"key": "karpenter.azure.com/sku-gpu-manufacturer", "operator": "In",
+                            "values": ["nvidia"]}]}]},
+         "workloads": [{"kind": "Deployment", "name": "llm", "namespace": "genai", "replicas": 1,
+                        "resources": {"cpu": "1", "nvidia.com/gpu": "1"}}]},
+    ]}],
+}
+
+
+@dataclass
+class World:
+    fleet: Any
+    server: Any
+    aks: Any
+    compute: Any
+    plain: Any  # KubeClient of the plain cluster
+    nap: Any  # KubeClient of the node auto-provisioning cluster
+    azure: Any  # KubeClient of the cluster with Azure RBAC for Kubernetes authorization
+
+    def cluster(self, name: str) -> Any:
+        return self.fleet.cluster(SUB, "rg-gpu", name)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from shared import identity
+    from shared.aks import AksClient
+    from shared.compute import ComputeClient
+    from shared.kube import KubeClient
+
+    fleet = build_fleet(SCENARIO)
+    rbac.use_azure_rbac(fleet.cluster(SUB, "rg-gpu", "azrbac"))
+    fleet.advance(900)  # NAP provisions a node (and its NodeClaim) for the pending GPU pod
+    certs = make_certs(tmp_path_factory.mktemp("sim-grants"))
+    fleet.ca_pem = certs.ca.read_bytes()
+    server = SimServer(fleet, certs)
+    server.start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IDENTITY_ENDPOINT", f"http://127.0.0.1:{server.http_port}/msi/token")
+        mp.setenv("IDENTITY_HEADER", fleet.identity_header)
+        mp.delenv("MSI_ENDPOINT", raising=False)
+        identity.reset()
+        settings = load({"FLEET_SUBSCRIPTIONS": SUB, "ARM_ENDPOINT": server.base_url, "STEWARD_CA_BUNDLE": str(certs.ca),
+                         "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                         "EVENTGRID_TOPIC_ENDPOINT": f"{server.base_url}/eventgrid/api/events",
+                         "IDENTITY_ENDPOINT": f"http://127.0.0.1:{server.http_port}/msi/token"})
+        credential = identity.get_credential(settings)
+        clock = ManualClock()
+        aks = AksClient(credential, settings, clock=clock, retry_attempts=1)
+        compute = ComputeClient(credential, settings, clock=clock, retry_attempts=1)
+
+        def kube(name: str) -> Any:
+            cid = fleet.cluster(SUB, "rg-gpu", name).id
+            return KubeClient(aks.kubeconfig(cid), credential, server_app_id=settings.aks_server_app_id,
+                              ca_bundle=str(certs.ca), clock=clock, cluster_id=cid, retry_attempts=1)
+
+        try:
+            yield World(fleet, server, aks, compute, kube("plain"), kube("nap"), kube("azrbac"))
+        finally:
+            identity.reset()
+            server.stop()
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+def _gpu_node(w: World) -> Any:
+    return next(iter(w.plain.list_nodes(label_selector="kubernetes.azure.com/agentpool=gpu")))
+
+
+def _api_pod(w: World) -> Any:
+    return next(p for p in w.plain.list_pods(namespace="ml") if p.deletion_timestamp is None)
+
+
+def _nodepool(name: str) -> dict[str, Any]:
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass",
+                                                            "name": "gpu"}, "requirements": []}}}}
+
+
+def _nodeclass(name: str) -> dict[str, Any]:
+    return {"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass", "metadata": {"name": name},
+            "spec": {"imageFamily": "Ubuntu2204"}}
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS},
+            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox"}]}}}}
+
+
+def _nap_node_and_claim(w: World) -> tuple[str, str]:
+    c = w.cluster("nap")
+    claim = next(iter(c.items("nodeclaims.karpenter.sh")))
+    status = claim.obj.get("status") or {}
+    return str(status.get("nodeName") or ""), str(status.get("providerID") or "")
+
+
+def _lease_update(w: World) -> None:
+    assert w.plain.acquire_lease("grants-renew", holder="me", duration_s=60)  # may be created already
+
+
+KUBE_DRIVERS: dict[tuple[str, str, str, str], Callable[[World], Any]] = {
+    (CLUSTER, "", "nodes", "get"): lambda w: w.plain.get_node(_gpu_node(w).name),
+    (CLUSTER, "", "nodes", "list"): lambda w: list(w.plain.list_nodes()),
+    (CLUSTER, "", "nodes", "patch"): lambda w: w.plain.patch_node(_gpu_node(w).name, {"metadata": {"labels": {
+        "grants": "checked"}}}),
+    (CLUSTER, "", "pods", "list"): lambda w: w.plain.list_pods(node_name=_gpu_node(w).name),
+    (CLUSTER, "", "pods/eviction", "create"): lambda w: w.plain.evict("ml", "no-such-pod"),
+    (CLUSTER, "policy", "poddisruptionbudgets", "list"): lambda w: w.plain.list_pdbs(),
+    (CLUSTER, "karpenter.sh", "nodepools", "get"): lambda w: w.nap.get_object("karpenter.sh/v1", "NodePool", "gpu"),
+    (CLUSTER, "karpenter.sh", "nodepools", "create"): lambda w: w.nap.apply_object(_nodepool("grants-new")),
+    (CLUSTER, "karpenter.sh", "nodepools", "update"): lambda w: w.nap.apply_object(_nodepool("gpu")),
+    (CLUSTER, "karpenter.sh", "nodepools", "delete"): lambda w: w.nap.delete_object("karpenter.sh/v1", "NodePool",
+                                                                                    "grants-gone"),
+    (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get"): lambda w: w.nap.get_object(
+        "karpenter.azure.com/v1beta1", "AKSNodeClass", "gpu"),
+    (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "create"): lambda w: w.nap.apply_object(_nodeclass("grants-new")),
+    (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "update"): lambda w: w.nap.apply_object(_nodeclass("gpu")),
+    (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "delete"): lambda w: w.nap.delete_object(
+        "karpenter.azure.com/v1beta1", "AKSNodeClass", "grants-gone"),
+    (CLUSTER, "karpenter.sh", "nodeclaims", "list"): lambda w: w.nap.delete_nodeclaim(node_name="no-such-node",
+                                                                                      provider_id="azure:///none"),
+    (CLUSTER, "karpenter.sh", "nodeclaims", "delete"): lambda w: w.nap.delete_nodeclaim(
+        node_name=_nap_node_and_claim(w)[0], provider_id=_nap_node_and_claim(w)[1]),
+    (APP_NAMESPACE, "coordination.k8s.io", "leases", "get"): lambda w: w.plain.acquire_lease(
+        "grants-get", holder="me", duration_s=60),
+    (APP_NAMESPACE, "coordination.k8s.io", "leases", "create"): lambda w: w.plain.acquire_lease(
+        "grants-create", holder="me", duration_s=60),
+    (APP_NAMESPACE, "coordination.k8s.io", "leases", "update"): _lease_update,
+    (APP_NAMESPACE, "batch", "jobs", "create"): lambda w: w.plain.create_object(_job("grants-create")),
+    (APP_NAMESPACE, "batch", "jobs", "get"): lambda w: w.plain.get_object("batch/v1", "Job", "grants-get", NS),
+    (APP_NAMESPACE, "batch", "jobs", "delete"): lambda w: w.plain.delete_object("batch/v1", "Job", "grants-gone", NS),
+}
+EVENT_RULE = (APP_NAMESPACE, "", "events", "create")  # best effort: refused, it is logged, never raised
+
+
+def test_every_kubernetes_grant_has_a_driver_here() -> None:
+    import shared.kube
+
+    declared = {(scope, *rule) for scope in (CLUSTER, APP_NAMESPACE)
+                for rule in collect_kube_rules(shared.kube, scope=scope)}
+    assert set(KUBE_DRIVERS) | {EVENT_RULE} == declared
+
+
+def _revoke_kube(w: World, scope: str, group: str, resource: str, verb: str) -> None:
+    for name in ("plain", "nap"):
+        kind, ns = ("ClusterRole", "") if scope == CLUSTER else ("Role", NS)
+        with w.fleet.lock:
+            rbac.revoke(w.cluster(name), kind=kind, name="gpu-fleet-steward", namespace=ns, group=group,
+                        resource=resource, verb=verb)
+
+
+def _redeploy(w: World) -> None:
+    """Put the manifests back as deployed (the revoked rule returns)."""
+    from sim.identity import app_principal_id
+
+    with w.fleet.lock:
+        for name in ("plain", "nap"):
+            c = w.cluster(name)
+            for kind, ns in (("ClusterRole", ""), ("Role", NS)):
+                c.remove(rbac.RBAC_KEYS[kind], ns, "gpu-fleet-steward")
+            rbac.deploy_app_manifests(c, app_principal_id(w.fleet))
+
+
+@pytest.mark.parametrize("rule", list(KUBE_DRIVERS), ids=["/".join(filter(None, r)) for r in KUBE_DRIVERS])
+def test_without_one_kubernetes_grant_its_call_is_forbidden_and_with_it_the_call_goes_through(
+        world: World, rule: tuple[str, str, str, str]) -> None:
+    scope, group, resource, verb = rule
+    drive = KUBE_DRIVERS[rule]
+    if rule == (APP_NAMESPACE, "coordination.k8s.io", "leases", "update"):
+        drive(world)  # the lease exists and is held: renewing it is a get + update
+    _revoke_kube(world, scope, group, resource, verb)
+    try:
+        with pytest.raises(Forbidden) as refused:
+            drive(world)
+    finally:
+        _redeploy(world)
+    where = f'in the namespace "{NS}"' if scope == APP_NAMESPACE else ("at the cluster scope" if resource not in (
+        "pods/eviction",) else 'in the namespace "ml"')
+    assert f'cannot {verb} resource "{resource}" in API group "{group}" {where}' in str(refused.value)
+    drive(world)  # granted again: the same call goes through
+
+
+def test_without_the_event_grant_recording_an_event_is_logged_not_raised(world: World,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    _revoke_kube(world, *EVENT_RULE)
+    try:
+        with caplog.at_level(logging.WARNING):
+            world.plain.create_event(node=_gpu_node(world), reason="GrantsCheck", message="refused")
+    finally:
+        _redeploy(world)
+    logged = " ".join(str(getattr(r, "error", "")) for r in caplog.records)
+    assert f'cannot create resource "events" in API group "" in the namespace "{NS}"' in logged
+    caplog.clear()
+    before = len(world.cluster("plain").items("events", NS))
+    world.plain.create_event(node=_gpu_node(world), reason="GrantsCheck", message="allowed")
+    assert len(world.cluster("plain").items("events", NS)) == before + 1
+
+
+# --------------------------------------------------------------------------- ARM
+
+MC = "Microsoft.ContainerService/managedClusters"
+VMSS_VM = "Microsoft.Compute/virtualMachineScaleSets/virtualMachines"
+
+
+def _cid(w: World) -> str:
+    return str(w.cluster("plain").id)
+
+
+def _vm(w: World, index: int) -> str:
+    return str(w.aks.list_machines(_cid(w), "gpu")[index].resource_id)
+
+
+def _pool_body(**extra: Any) -> dict[str, Any]:
+    return {"properties": {"vmSize": "Standard_D4s_v5", "count": 1, "mode": "User", "osType": "Linux", **extra}}
+
+
+ARM_DRIVERS: dict[str, Callable[[World], Any]] = {
+    f"{MC}/read": lambda w: w.aks.get_cluster(_cid(w)),
+    f"{MC}/listClusterUserCredential/action": lambda w: w.aks.kubeconfig(_cid(w)),
+    f"{MC}/maintenanceConfigurations/read": lambda w: w.aks.list_maintenance_configurations(_cid(w)),
+    f"{MC}/agentPools/read": lambda w: w.aks.list_pools(_cid(w)),
+    f"{MC}/agentPools/write": lambda w: w.aks.begin_put_pool(_cid(w), "scratch", _pool_body()),
+    f"{MC}/agentPools/delete": lambda w: w.aks.begin_delete_pool(_cid(w), "doomed"),
+    f"{MC}/agentPools/deleteMachines/action": lambda w: w.aks.begin_delete_machines(
+        _cid(w), "gpu", [w.aks.list_machines(_cid(w), "gpu")[-1].name]),
+    f"{MC}/agentPools/machines/read": lambda w: w.aks.list_machines(_cid(w), "gpu"),
+    f"{VMSS_VM}/restart/action": lambda w: w.compute.begin_restart(_vm(w, 0)),
+    f"{VMSS_VM}/reimage/action": lambda w: w.compute.begin_reimage(_vm(w, 1)),
+    "Microsoft.Network/virtualNetworks/subnets/join/action": lambda w: w.aks.begin_put_pool(
+        _cid(w), "vnetpool", _pool_body(vnetSubnetID=SUBNET)),
+    "Microsoft.Network/publicIPPrefixes/join/action": lambda w: w.aks.begin_put_pool(
+        _cid(w), "ippool", _pool_body(enableNodePublicIP=True, nodePublicIPPrefixID=PREFIX)),
+    "Microsoft.Compute/proximityPlacementGroups/write": lambda w: w.aks.begin_put_pool(
+        _cid(w), "ppgpool", _pool_body(proximityPlacementGroupID=PPG)),
+}
+
+
+def test_every_arm_action_has_a_driver_here(world: World) -> None:
+    assert set(ARM_DRIVERS) == granted_actions(world.fleet)
+
+
+@pytest.mark.parametrize("action", list(ARM_DRIVERS), ids=[a.split("/", 1)[1] for a in ARM_DRIVERS])
+def test_without_one_arm_action_its_call_is_forbidden_and_with_it_the_call_goes_through(world: World,
+                                                                                        action: str) -> None:
+    drive = ARM_DRIVERS[action]
+    world.fleet.advance(600)  # earlier writes on the cluster are done (AKS allows one operation at a time)
+    world.fleet.revoked_arm_actions = {action}
+    try:
+        with pytest.raises(Forbidden) as refused:
+            drive(world)
+    finally:
+        world.fleet.revoked_arm_actions = set()
+    message = str(refused.value)
+    assert f"'{action}'" in message
+    # AuthorizationFailed ("does not have authorization to perform action") or, for a linked resource,
+    # LinkedAuthorizationFailed ("does not have permission to perform action(s)")
+    assert "does not have authorization to perform action" in message or \
+        "does not have permission to perform action(s)" in message
+    drive(world)  # granted again: the same call goes through
+
+
+# --------------------------------------------------------------------------- Azure RBAC for Kubernetes
+
+K8S = "Microsoft.ContainerService/managedClusters"
+
+
+def _azure_node(w: World) -> Any:
+    return next(iter(w.azure.list_nodes(label_selector="kubernetes.azure.com/agentpool=gpu")))
+
+
+def _azure_lease(w: World) -> None:
+    assert w.azure.acquire_lease("grants-azure", holder="me", duration_s=60)
+
+
+DATA_DRIVERS: dict[str, Callable[[World], Any]] = {
+    f"{K8S}/nodes/read": lambda w: list(w.azure.list_nodes()),
+    f"{K8S}/nodes/write": lambda w: w.azure.patch_node(_azure_node(w).name, {"metadata": {"labels": {"g": "ok"}}}),
+    f"{K8S}/pods/read": lambda w: w.azure.list_pods(namespace="ml"),
+    f"{K8S}/pods/write": lambda w: w.azure.evict("ml", "no-such-pod"),
+    f"{K8S}/policy/poddisruptionbudgets/read": lambda w: w.azure.list_pdbs(),
+    f"{K8S}/batch/jobs/write": lambda w: w.azure.create_object(_job("azure-create")),
+    f"{K8S}/batch/jobs/read": lambda w: w.azure.get_object("batch/v1", "Job", "azure-get", NS),
+    f"{K8S}/batch/jobs/delete": lambda w: w.azure.delete_object("batch/v1", "Job", "azure-gone", NS),
+    f"{K8S}/coordination.k8s.io/leases/read": _azure_lease,
+    f"{K8S}/coordination.k8s.io/leases/write": lambda w: w.azure.acquire_lease("grants-azure-new", holder="me",
+                                                                                duration_s=60),
+}
+EVENT_DATA_ACTION = f"{K8S}/events/write"  # best effort: logged, never raised (test above for the Role)
+
+
+def test_every_kubernetes_data_action_has_a_driver_here() -> None:
+    from sim.armrbac import kubernetes_roles
+
+    cluster_role, namespace_role, _ = kubernetes_roles()
+    assert set(DATA_DRIVERS) | {EVENT_DATA_ACTION} == set(cluster_role.data_actions) | set(namespace_role.data_actions)
+
+
+@pytest.mark.parametrize("action", list(DATA_DRIVERS), ids=[a.removeprefix(K8S + "/") for a in DATA_DRIVERS])
+def test_with_azure_rbac_without_one_data_action_its_call_is_forbidden(world: World, action: str) -> None:
+    from sim.armrbac import GUARD_DENIED
+
+    drive = DATA_DRIVERS[action]
+    world.fleet.revoked_arm_actions = {action}
+    try:
+        with pytest.raises(Forbidden) as refused:
+            drive(world)
+    finally:
+        world.fleet.revoked_arm_actions = set()
+    assert GUARD_DENIED in str(refused.value)
+    drive(world)  # granted again: the same call goes through

@@ -1,0 +1,28 @@
+"""A migration whose replacement AKS refuses for an unregistered preview feature blocks, and its
+reason tells the subscription's owner how to register the feature (issue 10, ARM 4).
+
+The refusal arrives as the adapter's ``FeatureNotRegistered`` (shared.aks.map_arm_error, decided by
+the error code ``PreviewFeatureNotRegistered``); the core never reads the message text for it.
+"""
+
+from __future__ import annotations
+
+from shared.errors import FeatureNotRegistered
+from shared.migration import run_planner
+from shared.migration_policy import MigrationPolicy
+from tests.unit.test_migration import World
+
+
+def test_a_replacement_refused_for_an_unregistered_preview_feature_blocks_with_how_to_register_it() -> None:
+    world = World(policy=MigrationPolicy(enabled=True, strategy="surge"))
+    world.fleet.fail_next["begin_put_pool"] = FeatureNotRegistered(
+        "Preview feature Microsoft.ContainerService/ManagedGPUExperiencePreview not registered.",
+        code="PreviewFeatureNotRegistered", feature="Microsoft.ContainerService/ManagedGPUExperiencePreview")
+    run_planner(world.ctx())
+    record = world.drive()
+    assert record.state == "blocked"
+    reason = str(record.data.get("reason") or record.data.get("last_note") or "")
+    assert "az feature register --namespace Microsoft.ContainerService --name ManagedGPUExperiencePreview" in reason
+    assert world.pool("gpu") is not None and world.pool(str(record.data["replacement"])) is None
+    blocked = [e for e in world.events.published if e["type"].endswith("Migration.Blocked")]
+    assert blocked and "az feature register" in str(blocked[-1]["data"])
