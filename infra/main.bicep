@@ -43,8 +43,14 @@ param accessClusters array = []
 @description('Resource group ids (/subscriptions/<id>/resourceGroups/<name>) to grant the steward role on as a whole.')
 param accessResourceGroupIds array = []
 
+@description('Resource group ids holding the subnets, public IP prefixes or proximity placement groups that GPU pools in scope name (custom VNets): the linked-resources role is created and granted there. Empty: no such pools, no such role.')
+param linkedResourceGroupIds array = []
+
 @description('Also assign the Azure RBAC for Kubernetes role on accessClusters (clusters with Azure RBAC enabled).')
 param assignKubernetesRole bool = true
+
+@description('Teams that may request GPU pools (POOL_REQUEST_TEAMS, shared/teams.py): [{ name: <2-24 lowercase letters, digits, hyphens>, principalId: <object id of the team\'s group or identity>, principalType: Group | User | ServicePrincipal, policy: { clusters: [<cluster ARM ids>] or \'*\', sizes: [<VM sizes>] or \'*\' (default: the T4 and A10 sizes), maxGpusPerRequest: <n> (default 8) } }]. Each gets its own queue <POOL_REQUEST_QUEUE>-<name> in the team-requests storage account and Storage Queue Data Message Sender on it alone. Empty: no pool requests.')
+param teams array = []
 
 @description('true: the steward observes and reports but changes nothing (STEWARD_PAUSED).')
 @allowed([
@@ -94,6 +100,17 @@ var poolRequestQueue = 'gpu-pool-requests'
 var nudgeQueue = 'steward-nudge'
 var ledgerTable = 'stewardledger'
 
+// The teams' pool-request queues: one per team, named as the app names them (shared/teams.py:
+// <POOL_REQUEST_QUEUE>-<team>), in the team-requests storage account with their poison queues.
+var teamRequestQueues = [for team in teams: '${poolRequestQueue}-${team.name}']
+var teamPoisonQueues = [for team in teams: '${poolRequestQueue}-${team.name}-poison']
+var teamPolicies = toObject(teams, team => team.name, team => team.policy)
+var teamQueueGrants = [for team in teams: {
+  queue: '${poolRequestQueue}-${team.name}'
+  principalId: team.principalId
+  principalType: team.?principalType ?? 'Group'
+}]
+
 // Every setting the steward's code reads (shared/settings.py and the policy modules), with the
 // defaults the code uses; tests/infra derives the list from the code and compares.
 var stewardSettings = {
@@ -103,13 +120,17 @@ var stewardSettings = {
   ARM_ENDPOINT: 'https://management.azure.com'
   ARM_AUDIENCE: 'https://management.azure.com/'
   AKS_SERVER_APP_ID: '6dae42f8-4368-4678-94ff-3960e28e3630'
+  STEWARD_NAMESPACE: 'gpu-fleet-steward'
   POOL_REQUEST_QUEUE: poolRequestQueue
+  POOL_REQUEST_TEAMS: string(teamPolicies)
   NUDGE_QUEUE: nudgeQueue
   LEDGER_TABLE: ledgerTable
   EVENTGRID_TOPIC_ENDPOINT: topic.outputs.endpoint
   EVENTGRID_AUDIENCE: 'https://eventgrid.azure.net'
   STEWARD_EVENT_SOURCE: '/gpu-fleet-steward'
-  RECONCILE_SCHEDULE: '*/30 * * * * *'
+  RECONCILE_SCHEDULE: '0 */5 * * * *' // a safety net: delayed nudges on NUDGE_QUEUE pace the work (docs/deploy.md)
+  RECONCILE_MAX_PERMANENT_TRIES: '5'
+  RECONCILE_DELAYED_NUDGES: 'true'
   SWEEP_SCHEDULE: '0 * * * * *'
   MIGRATION_SCHEDULE: '0 */15 * * * *'
   STEWARD_PAUSED: stewardPaused
@@ -118,12 +139,12 @@ var stewardSettings = {
   POOL_REQUEST_CREATE_TIMEOUT_S: '3600'
   POOL_REQUEST_VALIDATE_TIMEOUT_S: '1200'
   POOL_REQUEST_SAMPLE_JOB_TIMEOUT_S: '900'
-  POOL_REQUEST_SAMPLE_JOB_IMAGE: 'mcr.microsoft.com/azuredocs/samples-tf-mnist-demo:gpu'
-  POOL_REQUEST_SAMPLE_JOB_ARGS: '--max_steps,500'
-  POOL_REQUEST_SAMPLE_JOB_NAMESPACE: 'default'
+  POOL_REQUEST_SAMPLE_JOB_IMAGE: 'nvcr.io/nvidia/k8s/cuda-sample@sha256:79fa5da2e71ce9169d41b0a67f8575b8f713fd1fb3e6de306774fcfede3a4fe6'
+  POOL_REQUEST_SAMPLE_JOB_ARGS: ''
   POOL_REQUEST_DEFAULT_TAINTS: 'sku=gpu:NoSchedule'
   POOL_REQUEST_ALLOWED_SIZES: ''
   POOL_REQUEST_POLL_INTERVAL_S: '15'
+  POOL_REQUEST_FAILED_POOL_ACTION: 'delete'
   MIGRATION_ENABLED: migrationEnabled
   MIGRATION_MAX_CONCURRENT: '2'
   MIGRATION_STRATEGY: 'auto'
@@ -152,6 +173,8 @@ var stewardSettings = {
   REMEDIATION_EMPTY_DIR: 'evict'
   REMEDIATION_UNMANAGED_PODS: 'refuse'
   REMEDIATION_EVICTION_RETRY_S: '5.0'
+  DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S: '300'
+  DRAIN_PDB_BLOCKED_TIMEOUT_S: '1800'
   BUDGET_POOL_MAX_UNAVAILABLE: '1'
   BUDGET_POOL_MAX_UNAVAILABLE_PERCENT: '20'
   BUDGET_MAX_IN_FLIGHT: '5'
@@ -193,8 +216,6 @@ module storage './core/storage/storage-account.bicep' = {
     location: location
     tags: tags
     queueNames: [
-      poolRequestQueue
-      '${poolRequestQueue}-poison'
       nudgeQueue
       '${nudgeQueue}-poison'
     ]
@@ -205,6 +226,31 @@ module storage './core/storage/storage-account.bicep' = {
       deploymentContainerName
       deadLetterContainerName
     ]
+  }
+}
+
+// The team-facing account: only the teams' queues (teams hold Message Sender on their own queue;
+// see app/team-queues-access.bicep). Shared-key access off, like the host's.
+module teamStorage './core/storage/storage-account.bicep' = {
+  name: 'team-requests-storage'
+  scope: rg
+  params: {
+    name: '${abbrs.storageAccounts}teams${resourceToken}'
+    location: location
+    tags: tags
+    queueNames: concat(teamRequestQueues, teamPoisonQueues)
+    tableNames: []
+    containerNames: []
+  }
+}
+
+module teamQueuesAccess './app/team-queues-access.bicep' = {
+  name: 'team-queues-access'
+  scope: rg
+  params: {
+    storageAccountName: teamStorage.outputs.name
+    identityPrincipalId: identity.outputs.principalId
+    teamQueues: teamQueueGrants
   }
 }
 
@@ -226,7 +272,17 @@ module topic './core/eventgrid/topic.bicep' = {
     name: '${abbrs.eventGridTopics}${resourceToken}'
     location: location
     tags: tags
-    identityId: identity.outputs.id
+  }
+}
+
+// The topic dead-letters with its own identity, which may write only the dead-letter container.
+module deadLetterAccess './app/deadletter-access.bicep' = {
+  name: 'eventgrid-deadletter-access'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    containerName: deadLetterContainerName
+    topicPrincipalId: topic.outputs.principalId
   }
 }
 
@@ -256,6 +312,7 @@ module api './app/api.bicep' = {
     storageBlobEndpoint: storage.outputs.blobEndpoint
     storageQueueEndpoint: storage.outputs.queueEndpoint
     storageTableEndpoint: storage.outputs.tableEndpoint
+    teamRequestsQueueEndpoint: teamStorage.outputs.queueEndpoint
     deploymentContainerName: deploymentContainerName
     applicationInsightsConnectionString: monitoring.outputs.connectionString
     appSettings: union(stewardSettings, settingOverrides)
@@ -264,6 +321,7 @@ module api './app/api.bicep' = {
   }
   dependsOn: [
     rbac
+    teamQueuesAccess
   ]
 }
 
@@ -272,6 +330,7 @@ module stewardRole './app/steward-role.bicep' = {
   params: {
     roleName: 'GPU Fleet Steward (${environmentName}, ${resourceToken})'
     assignableScopes: assignableScopes
+    createLinkedRole: !empty(linkedResourceGroupIds)
   }
 }
 
@@ -292,6 +351,7 @@ module clusterAccess './app/cluster-access.bicep' = [for (cluster, i) in accessC
     principalId: identity.outputs.principalId
     stewardRoleDefinitionGuid: stewardRole.outputs.roleDefinitionGuid
     kubernetesRoleDefinitionGuid: assignKubernetesRole ? kubernetesRole.outputs.roleDefinitionGuid : ''
+    kubernetesNamespaceRoleDefinitionGuid: assignKubernetesRole ? kubernetesRole.outputs.namespaceRoleDefinitionGuid : ''
   }
 }]
 
@@ -313,6 +373,17 @@ module resourceGroupAccess './app/resource-group-access.bicep' = [for (groupId, 
   }
 }]
 
+// Pools with custom networking: the linked-resources role on the resource groups of their subnets,
+// public IP prefixes and proximity placement groups (else ARM answers LinkedAuthorizationFailed).
+module linkedAccess './app/linked-access.bicep' = [for (groupId, i) in linkedResourceGroupIds: {
+  name: 'steward-linked-${i}'
+  scope: resourceGroup(split(groupId, '/')[2], split(groupId, '/')[4])
+  params: {
+    principalId: identity.outputs.principalId
+    linkedRoleDefinitionGuid: stewardRole.outputs.linkedRoleDefinitionGuid
+  }
+}]
+
 output AZURE_LOCATION string = location
 output AZURE_TENANT_ID string = tenant().tenantId
 output AZURE_RESOURCE_GROUP string = rg.name
@@ -321,6 +392,8 @@ output STEWARD_IDENTITY_NAME string = identity.outputs.name
 output STEWARD_IDENTITY_CLIENT_ID string = identity.outputs.clientId
 output STEWARD_PRINCIPAL_ID string = identity.outputs.principalId
 output STORAGE_ACCOUNT_NAME string = storage.outputs.name
+output TEAM_REQUESTS_STORAGE_ACCOUNT_NAME string = teamStorage.outputs.name
+output TEAM_REQUESTS_QUEUE_ENDPOINT string = teamStorage.outputs.queueEndpoint
 output DEADLETTER_CONTAINER_NAME string = deadLetterContainerName
 output EVENTGRID_TOPIC_NAME string = topic.outputs.name
 output EVENTGRID_TOPIC_ENDPOINT string = topic.outputs.endpoint

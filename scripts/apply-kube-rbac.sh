@@ -1,7 +1,11 @@
 #!/bin/sh
-# Apply the steward's Kubernetes RBAC (infra/kubernetes/clusterrole.yaml and
-# clusterrolebinding.yaml) to clusters that use Kubernetes RBAC, and to node auto-provisioning
-# clusters (the Karpenter kinds have no Azure RBAC data actions). Run it as a cluster admin:
+# Apply the steward's namespace and Kubernetes RBAC (infra/kubernetes/: namespace.yaml, the
+# cluster-wide clusterrole.yaml, the namespaced role.yaml, and clusterrolebinding.yaml and
+# rolebinding.yaml, which bind them to the app's identity) to clusters that use Kubernetes RBAC, and
+# to node auto-provisioning clusters (the Karpenter kinds have no Azure RBAC data actions). Clusters
+# with Azure RBAC for Kubernetes still need namespace.yaml (the app's leases, events and sample Jobs
+# live there). The simulator deploys the same files into every simulated cluster (sim/rbac.py).
+# Run it as a cluster admin:
 #
 #   scripts/apply-kube-rbac.sh <cluster ARM id> [<cluster ARM id> ...]
 #
@@ -40,7 +44,10 @@ for cluster in "$@"; do
   az aks get-credentials --subscription "$subscription" --resource-group "$group" --name "$name" \
     --file "$kubeconfig" --overwrite-existing --only-show-errors
   kubelogin convert-kubeconfig --login azurecli --kubeconfig "$kubeconfig"
-  kubectl --kubeconfig "$kubeconfig" apply -f "$manifests/clusterrole.yaml"
-  sed "s/\${STEWARD_PRINCIPAL_ID}/$principal/g" "$manifests/clusterrolebinding.yaml" \
+  kubectl --kubeconfig "$kubeconfig" apply -f "$manifests/namespace.yaml" -f "$manifests/clusterrole.yaml" \
+    -f "$manifests/role.yaml"
+  # two documents, one stream: "---" between them
+  { cat "$manifests/clusterrolebinding.yaml"; printf '%s\n' '---'; cat "$manifests/rolebinding.yaml"; } \
+    | sed "s/\${STEWARD_PRINCIPAL_ID}/$principal/g" \
     | kubectl --kubeconfig "$kubeconfig" apply -f -
 done

@@ -2,7 +2,7 @@
 # deployed remediation function from infra/app/eventgrid-subscription.bicep.
 $ErrorActionPreference = 'Stop'
 
-$names = 'AZURE_RESOURCE_GROUP', 'AZURE_FUNCTION_APP_NAME', 'EVENTGRID_TOPIC_NAME', 'STEWARD_IDENTITY_NAME',
+$names = 'AZURE_RESOURCE_GROUP', 'AZURE_FUNCTION_APP_NAME', 'EVENTGRID_TOPIC_NAME',
          'STORAGE_ACCOUNT_NAME', 'DEADLETTER_CONTAINER_NAME'
 foreach ($name in $names) {
     if (-not [Environment]::GetEnvironmentVariable($name)) {
@@ -27,7 +27,6 @@ for ($attempt = 1; ; $attempt++) {
       --parameters `
         topicName=$env:EVENTGRID_TOPIC_NAME `
         functionAppName=$env:AZURE_FUNCTION_APP_NAME `
-        identityName=$env:STEWARD_IDENTITY_NAME `
         storageAccountName=$env:STORAGE_ACCOUNT_NAME `
         deadLetterContainerName=$env:DEADLETTER_CONTAINER_NAME `
       --only-show-errors `

@@ -6,7 +6,7 @@
 # tests/infra); azd passes main.bicep's outputs to this hook as environment variables.
 set -eu
 
-for name in AZURE_RESOURCE_GROUP AZURE_FUNCTION_APP_NAME EVENTGRID_TOPIC_NAME STEWARD_IDENTITY_NAME \
+for name in AZURE_RESOURCE_GROUP AZURE_FUNCTION_APP_NAME EVENTGRID_TOPIC_NAME \
             STORAGE_ACCOUNT_NAME DEADLETTER_CONTAINER_NAME; do
   eval "value=\${$name:-}"
   if [ -z "$value" ]; then
@@ -34,7 +34,6 @@ while :; do
       --parameters \
         topicName="$EVENTGRID_TOPIC_NAME" \
         functionAppName="$AZURE_FUNCTION_APP_NAME" \
-        identityName="$STEWARD_IDENTITY_NAME" \
         storageAccountName="$STORAGE_ACCOUNT_NAME" \
         deadLetterContainerName="$DEADLETTER_CONTAINER_NAME" \
       --only-show-errors \

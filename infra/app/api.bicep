@@ -11,6 +11,8 @@ param identityClientId string
 param storageBlobEndpoint string
 param storageQueueEndpoint string
 param storageTableEndpoint string
+@description('Queue endpoint of the team-requests storage account (the teams\' pool-request queues).')
+param teamRequestsQueueEndpoint string
 param deploymentContainerName string
 param applicationInsightsConnectionString string
 @description('The steward\'s own settings (everything shared/settings.py reads).')
@@ -29,15 +31,28 @@ param pythonVersion string = '3.11'
 // Read by the Functions host and the platform, not by the steward's code through shared.env:
 // identity-based host storage (the queue bindings use connection "AzureWebJobsStorage" too),
 // Entra-authenticated telemetry, and the worker isolation the CloudEvent binding type needs.
+// Network: the app reaches storage, the topic, ARM and the clusters' API servers over their
+// public endpoints unless virtualNetworkSubnetId is set; see docs/deploy.md "Network restrictions".
 var hostSettings = {
   AzureWebJobsStorage__blobServiceUri: storageBlobEndpoint
   AzureWebJobsStorage__queueServiceUri: storageQueueEndpoint
   AzureWebJobsStorage__tableServiceUri: storageTableEndpoint
   AzureWebJobsStorage__credential: 'managedidentity'
   AzureWebJobsStorage__clientId: identityClientId
+  // The teams' pool-request triggers (connection "TeamRequestsStorage", functions/pool_requests.py):
+  // identity-based, on the team-requests account, never on host storage.
+  TeamRequestsStorage__queueServiceUri: teamRequestsQueueEndpoint
+  TeamRequestsStorage__credential: 'managedidentity'
+  TeamRequestsStorage__clientId: identityClientId
   AZURE_CLIENT_ID: identityClientId
   APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsightsConnectionString
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  // Load-bearing: do not remove. The remediation function takes a `func.CloudEvent` (Event Grid,
+  // CloudEvents 1.0 schema). That type exists only in azure-functions >= 1.25 (library PR #314), which
+  // requirements.txt pins; the Python worker on the platform bundles an older azure-functions and,
+  // for Python <= 3.12, imports its own copy first, so without isolation `func.CloudEvent` is missing
+  // and the app fails to index (Azure/azure-functions-python-worker#1642). With this flag the worker
+  // loads the app's pinned azure-functions instead. tests/infra/test_infra_worker_isolation.py.
   PYTHON_ISOLATE_WORKER_DEPENDENCIES: '1'
 }
 

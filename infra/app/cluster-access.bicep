@@ -1,16 +1,29 @@
 // Grants the app's identity the steward role on one cluster (ARM: agent pools, machines,
 // maintenance configurations, user credentials) and, when the cluster uses Azure RBAC for
-// Kubernetes, the Kubernetes data role. Deployed into the cluster's resource group.
-// The compute actions (VMSS VM restart / reimage) live in the node resource group:
+// Kubernetes, the Kubernetes data roles: the cluster-wide one on the cluster, the namespaced one
+// (leases, events, sample Jobs) on the app's own namespace only. Deployed into the cluster's
+// resource group. The compute actions (VMSS VM restart / reimage) live in the node resource group:
 // main.bicep grants the same role there with app/resource-group-access.bicep.
 param clusterName string
 param principalId string
 param stewardRoleDefinitionGuid string
-@description('Guid of the Azure RBAC for Kubernetes role; empty when the cluster uses Kubernetes RBAC (apply infra/kubernetes/*.yaml instead).')
+@description('Guid of the cluster-wide Azure RBAC for Kubernetes role; empty when the cluster uses Kubernetes RBAC (apply infra/kubernetes/*.yaml instead).')
 param kubernetesRoleDefinitionGuid string = ''
+@description('Guid of the Azure RBAC for Kubernetes role for the app\'s own namespace; empty with kubernetesRoleDefinitionGuid.')
+param kubernetesNamespaceRoleDefinitionGuid string = ''
+@description('The app\'s own namespace in the cluster (app setting STEWARD_NAMESPACE, infra/kubernetes/namespace.yaml).')
+param stewardNamespace string = 'gpu-fleet-steward'
 
 resource cluster 'Microsoft.ContainerService/managedClusters@2025-01-01' existing = {
   name: clusterName
+}
+
+// Azure RBAC for Kubernetes accepts role assignments scoped to a namespace of the cluster:
+// `<cluster id>/namespaces/<namespace>` (https://learn.microsoft.com/azure/aks/manage-azure-rbac).
+// Referenced, never deployed: it only names the assignment's scope.
+resource namespace 'Microsoft.ContainerService/managedClusters/namespaces@2025-01-01' existing = {
+  parent: cluster
+  name: stewardNamespace
 }
 
 resource stewardOnCluster 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
@@ -28,6 +41,16 @@ resource kubernetesOnCluster 'Microsoft.Authorization/roleAssignments@2022-04-01
   scope: cluster
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', kubernetesRoleDefinitionGuid)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource kubernetesOnNamespace 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(kubernetesNamespaceRoleDefinitionGuid)) {
+  name: guid(cluster.id, stewardNamespace, principalId, kubernetesNamespaceRoleDefinitionGuid)
+  scope: namespace
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', kubernetesNamespaceRoleDefinitionGuid)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

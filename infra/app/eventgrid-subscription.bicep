@@ -3,9 +3,10 @@
 // this file is deployed after the code (azure.yaml postdeploy hook: scripts/postdeploy.sh), into
 // the app's resource group. Its filter, retry policy and dead-letter settings are the Azure twin
 // of devhost/eventgrid_subscriptions.json (the local host's mirror); tests/infra checks they agree.
+// Dead letters are written with the topic's own system-assigned identity, which may write only the
+// dead-letter container (infra/app/deadletter-access.bicep), never with the steward's identity.
 param topicName string
 param functionAppName string
-param identityName string
 param storageAccountName string
 param deadLetterContainerName string
 
@@ -15,10 +16,6 @@ resource topic 'Microsoft.EventGrid/topics@2025-02-15' existing = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' existing = {
   name: functionAppName
-}
-
-resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' existing = {
-  name: identityName
 }
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -50,8 +47,7 @@ resource remediationEvents 'Microsoft.EventGrid/topics/eventSubscriptions@2025-0
     }
     deadLetterWithResourceIdentity: {
       identity: {
-        type: 'UserAssigned'
-        userAssignedIdentity: identity.id
+        type: 'SystemAssigned'
       }
       deadLetterDestination: {
         endpointType: 'StorageBlob'

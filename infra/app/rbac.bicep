@@ -13,17 +13,23 @@ param developerPrincipalType string = 'User'
 // Built-in role definition ids (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles).
 var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
 var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
-var storageQueueDataMessageProcessor = '8a0f0c08-91a1-4084-bc3d-661d67233fed'
-var storageQueueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
 var eventGridDataSender = 'd5a91429-5739-47e2-a06b-3470a27159e7'
 
+// One role per storage service, each what its user needs:
+// - Blob Data Owner: the Functions host (AzureWebJobsStorage: timer schedule monitor, host leases,
+//   keys) and the deployment package the app pulls at start-up.
+// - Queue Data Contributor: the queue triggers (pool requests, nudges: read, update, delete
+//   messages), the host's poison-queue moves and the nudge output binding (add), which creates its
+//   queue when it is missing (queues/write). Functions documents Contributor for queue output
+//   bindings (learn.microsoft.com/azure/azure-functions/functions-reference#grant-permission-to-the-identity).
+//   Queue Data Message Processor (read + process) and Message Sender (add) were assigned as well;
+//   their data actions are a subset of Contributor's, so they granted nothing more and are gone.
+// - Table Data Contributor: the ledger (shared/ledger.py: query, insert, ETag-guarded update).
 var storageRoles = [
   storageBlobDataOwner
   storageQueueDataContributor
-  storageQueueDataMessageProcessor
-  storageQueueDataMessageSender
   storageTableDataContributor
 ]
 var developerStorageRoleIds = empty(developerPrincipalId) ? [] : storageRoles

@@ -25,6 +25,21 @@ var actions = [
   'Microsoft.ContainerService/managedClusters/read'
 ]
 
+// Linked resources: an agent-pool write naming a subnet (vnetSubnetID, podSubnetID), a public IP
+// prefix (nodePublicIPPrefixID) or a proximity placement group makes ARM check an action on that
+// resource too, else 403 LinkedAuthorizationFailed. tests/infra checks this list equals
+// shared.permissions.linked_actions(). A separate role, created only when such pools are in scope
+// (main.bicep linkedResourceGroupIds not empty) and assigned only on those resource groups
+// (app/linked-access.bicep): the cluster-scoped grant above could not reach them anyway.
+@description('Create the linked-resources role (custom VNets, public IP prefixes, proximity placement groups in scope).')
+param createLinkedRole bool = false
+
+var linkedActions = [
+  'Microsoft.Compute/proximityPlacementGroups/write'
+  'Microsoft.Network/publicIPPrefixes/join/action'
+  'Microsoft.Network/virtualNetworks/subnets/join/action'
+]
+
 resource role 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
   name: guid(subscription().id, roleName)
   properties: {
@@ -43,5 +58,24 @@ resource role 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
   }
 }
 
+resource linkedRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = if (createLinkedRole) {
+  name: guid(subscription().id, roleName, 'linked')
+  properties: {
+    roleName: '${roleName} linked resources'
+    description: 'GPU fleet steward: join the subnets, public IP prefixes and proximity placement groups the cloned GPU pools name.'
+    type: 'CustomRole'
+    permissions: [
+      {
+        actions: linkedActions
+        notActions: []
+        dataActions: []
+        notDataActions: []
+      }
+    ]
+    assignableScopes: assignableScopes
+  }
+}
+
 output roleDefinitionGuid string = role.name
 output roleDefinitionId string = role.id
+output linkedRoleDefinitionGuid string = createLinkedRole ? linkedRole.name : ''

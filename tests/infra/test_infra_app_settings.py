@@ -34,6 +34,7 @@ LOCAL_SETTINGS_EXAMPLE = REPO / "local.settings.example.json"
 NOT_SET_IN_AZURE: dict[str, str] = {
     "AzureWebJobsStorage": "a connection string, for local runs; Azure uses the identity-based __ settings",
     "AzureWebJobsStorage__accountName": "the __*ServiceUri form is set instead (it works in every cloud)",
+    "TeamRequestsStorage": "a connection string to the team queues, for local runs; Azure uses TeamRequestsStorage__*",
     "STEWARD_CA_BUNDLE": "trusts the simulator's CA locally; Azure's endpoints use public CAs",
     "STEWARD_INSTANCE_NAME": "each instance names itself; one fixed value would give scaled-out instances one lease owner",
     **{name: "set by the platform (shared.settings.PLATFORM_SETTINGS)" for name in PLATFORM_SETTINGS},
@@ -42,6 +43,8 @@ NOT_SET_IN_AZURE: dict[str, str] = {
 # Set in Azure for the Functions host or the platform, not read by the code through shared.env.
 HOST_SETTINGS: dict[str, str] = {
     "AzureWebJobsStorage__blobServiceUri": "the host's own blob storage (timer schedules, locks)",
+    "TeamRequestsStorage__credential": "the teams' queue triggers authenticate with the identity (host connection)",
+    "TeamRequestsStorage__clientId": "the identity the host uses for the teams' queue triggers",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "the host's telemetry authenticates with the identity",
     "PYTHON_ISOLATE_WORKER_DEPENDENCIES": "the app's azure-functions (CloudEvent binding type) wins over the worker's copy",
 }
@@ -101,7 +104,8 @@ def test_the_queues_and_table_the_settings_name_are_created_with_their_poison_qu
     steward = variable(main, "stewardSettings")
     params = main["modules"]["storage"]["config"]["params"]
     queues = {resolve(main, q) for q in params["queueNames"]}
-    for setting in ("POOL_REQUEST_QUEUE", "NUDGE_QUEUE"):
+    # The teams' pool-request queues live in their own account: tests/infra/test_infra_team_queues.py.
+    for setting in ("NUDGE_QUEUE",):
         queue = resolve(main, steward[setting])
         assert queue in queues
         poison = [q for q in params["queueNames"] if isinstance(q, str) and q == f"${{{steward[setting]}}}-poison"]
@@ -131,6 +135,10 @@ def test_the_deployed_settings_pass_the_apps_own_validation(tmp_path: Path) -> N
         "AzureWebJobsStorage__tableServiceUri": "https://stabc.table.core.windows.net/",
         "APPLICATIONINSIGHTS_CONNECTION_STRING": "IngestionEndpoint=https://eastus-8.in.applicationinsights.azure.com/",
         "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "ClientId=00000000-0000-0000-0000-000000000002;Authorization=AAD",
+        "POOL_REQUEST_TEAMS": json.dumps({"ml-platform": {"clusters": "*"}}),
+        "TeamRequestsStorage__queueServiceUri": "https://stteamsabc.queue.core.windows.net/",
+        "TeamRequestsStorage__clientId": "00000000-0000-0000-0000-000000000002",
+        "TeamRequestsStorage__credential": "managedidentity",
     }
     main = bicep("main.bicep")
     env: dict[str, str] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from infra_facts import REPO, bicep, function_names, read_json, resource_body, resources_of_type, variable
+from infra_facts import REPO, bicep, function_names, read_json, resource, resource_body, resources_of_type, variable
 
 SUBSCRIPTIONS_FILE = REPO / "devhost" / "eventgrid_subscriptions.json"
 SUBSCRIPTION_TYPE = "Microsoft.EventGrid/topics/eventSubscriptions"
@@ -69,8 +69,8 @@ def test_undeliverable_events_are_dead_lettered_to_blob_storage_with_the_identit
     properties = azure_subscriptions()[function]["properties"]
     assert "deadLetterDestination" not in properties, "dead-lettering must use the identity, not a key"
     dead_letter = properties["deadLetterWithResourceIdentity"]
-    assert dead_letter["identity"] == {"type": "UserAssigned", "userAssignedIdentity": {
-        "operator": {"type": "property_accessor", "operands": {"operand_1": "identity", "operand_2": "id"}}}}
+    # The topic's own identity (allowed to write only the dead-letter container), not the steward's.
+    assert dead_letter["identity"] == {"type": "SystemAssigned"}
     destination = dead_letter["deadLetterDestination"]
     assert destination["endpointType"] == "StorageBlob"
     assert destination["properties"]["blobContainerName"] == "deadLetterContainerName"
@@ -84,7 +84,10 @@ def test_the_dead_letter_container_is_created_and_handed_to_the_hook() -> None:
     assert main["outputs"]["DEADLETTER_CONTAINER_NAME"]["value"] == "deadLetterContainerName"
 
 
-def test_the_topic_can_dead_letter_with_the_identity_it_carries() -> None:
+def test_the_topic_dead_letters_with_its_own_identity_not_the_stewards() -> None:
     main = bicep("main.bicep")
     params = main["modules"]["topic"]["config"]["params"]
-    assert params["identityId"]["operator"]["operands"]["operand_1"] == "identity"
+    assert "identityId" not in params, "the topic must not carry the steward's identity"
+    topic = resource_body(resource(bicep("core/eventgrid/topic.bicep"), "topic"))
+    assert topic["identity"] == {"type": "SystemAssigned"}
+    assert "identityName" not in bicep("app/eventgrid-subscription.bicep")["parameters"]

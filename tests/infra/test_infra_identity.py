@@ -69,7 +69,7 @@ def test_the_event_grid_topic_takes_cloudevents_and_refuses_keys() -> None:
     topic = resource_body(resource(bicep("core/eventgrid/topic.bicep"), "topic"))
     assert topic["properties"]["inputSchema"] == "CloudEventSchemaV1_0"
     assert topic["properties"]["disableLocalAuth"] is True
-    assert topic["identity"]["type"] == "UserAssigned"
+    assert topic["identity"]["type"] == "SystemAssigned"  # its own, for dead-lettering only
 
 
 def test_the_host_storage_connection_is_identity_based() -> None:
@@ -134,10 +134,8 @@ def test_the_app_is_the_azd_service_and_allows_no_publishing_credentials() -> No
 
 @pytest.mark.parametrize(
     "role",
-    [STORAGE_BLOB_DATA_OWNER, STORAGE_QUEUE_DATA_CONTRIBUTOR, STORAGE_QUEUE_DATA_MESSAGE_PROCESSOR,
-     STORAGE_QUEUE_DATA_MESSAGE_SENDER, STORAGE_TABLE_DATA_CONTRIBUTOR],
-    ids=["blob data owner", "queue data contributor", "queue message processor", "queue message sender",
-         "table data contributor"],
+    [STORAGE_BLOB_DATA_OWNER, STORAGE_QUEUE_DATA_CONTRIBUTOR, STORAGE_TABLE_DATA_CONTRIBUTOR],
+    ids=["blob data owner", "queue data contributor", "table data contributor"],
 )
 def test_the_identity_holds_each_storage_data_role(role: str) -> None:
     doc = bicep("app/rbac.bicep")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from infra_facts import REPO, FactError
 
-MUST_NOT_SHIP = [".venv/", "tests/", "sim/", "devhost/", "local.settings.json", "infra/"]
+MUST_NOT_SHIP = [".venv/", "tests/", "sim/", "devhost/", "devstack/", "local.settings.json", "infra/"]
 
 
 def funcignore_patterns() -> list[str]:
@@ -45,8 +45,8 @@ def test_funcignore_keeps_local_only_files_out_of_the_package(path: str) -> None
     assert ignored(path, funcignore_patterns()), f".funcignore does not exclude {path}"
 
 
-@pytest.mark.parametrize("path", ["function_app.py", "host.json", "requirements.txt", "shared/settings.py",
-                                  "functions/remediation.py"])
+@pytest.mark.parametrize("path", ["function_app.py", "host.json", "requirements.txt", "constraints.txt",
+                                  "shared/settings.py", "functions/remediation.py"])
 def test_funcignore_ships_the_app(path: str) -> None:
     assert not ignored(path, funcignore_patterns()), f".funcignore excludes {path}, which the app needs"
 

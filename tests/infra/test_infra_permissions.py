@@ -1,8 +1,9 @@
 """The deployment grants exactly the permissions the code declares, on the scopes where it uses them.
 
 The code declares each ARM action and Kubernetes verb on the adapter method that needs it
-(shared.permissions.requires_arm / requires_kube); the custom Azure role, the ClusterRole and the
-Azure RBAC for Kubernetes role are compared with those declarations, collected at test time.
+(shared.permissions.requires_arm / requires_kube / requires_kube_kinds), cluster-wide or in the app's
+own namespace; the custom Azure role, the ClusterRole, the namespaced Role and the two Azure RBAC for
+Kubernetes roles are compared with those declarations, collected at test time.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from typing import Any
 import pytest
 from infra_facts import INFRA, FactError, bicep, load_yaml_documents, resource, resource_body, variable
 
-from shared.permissions import collect_arm_actions, collect_kube_rules
+from shared.permissions import APP_NAMESPACE, CLUSTER, collect_arm_actions, collect_kube_rules
 
 CLUSTER_ROLE = INFRA / "kubernetes" / "clusterrole.yaml"
 CLUSTER_ROLE_BINDING = INFRA / "kubernetes" / "clusterrolebinding.yaml"
+NAMESPACE = INFRA / "kubernetes" / "namespace.yaml"
+ROLE = INFRA / "kubernetes" / "role.yaml"
+ROLE_BINDING = INFRA / "kubernetes" / "rolebinding.yaml"
 AKS_DATA_ACTION_PREFIX = "Microsoft.ContainerService/managedClusters/"
 
 # API groups served by Kubernetes itself; anything else is a custom resource (Karpenter's kinds),
@@ -36,8 +40,8 @@ def code_arm_actions() -> set[str]:
     return collect_arm_actions(_import("shared.aks"), _import("shared.compute"))
 
 
-def code_kube_rules() -> set[tuple[str, str, str]]:
-    return collect_kube_rules(_import("shared.kube"))
+def code_kube_rules(scope: str | None = None) -> set[tuple[str, str, str]]:
+    return collect_kube_rules(_import("shared.kube"), scope=scope)
 
 
 def is_built_in(group: str) -> bool:
@@ -67,6 +71,29 @@ def cluster_role() -> dict[str, Any]:
     roles = [d for d in load_yaml_documents(CLUSTER_ROLE) if d.get("kind") == "ClusterRole"]
     assert len(roles) == 1, "clusterrole.yaml must hold exactly one ClusterRole"
     return roles[0]
+
+
+def the_one(path: Any, kind: str) -> dict[str, Any]:
+    if not path.exists():
+        raise FactError(f"infra/kubernetes/{path.name} does not exist")
+    docs = [d for d in load_yaml_documents(path) if d.get("kind") == kind]
+    assert len(docs) == 1, f"{path.name} must hold exactly one {kind}"
+    return docs[0]
+
+
+def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    out = set()
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                for verb in rule["verbs"]:
+                    out.add((group, res, verb))
+    return out
+
+
+def namespaced_role_rules() -> set[tuple[str, str, str]]:
+    return rules_of(the_one(ROLE, "Role"))
 
 
 def cluster_role_rules() -> set[tuple[str, str, str]]:
@@ -156,7 +183,7 @@ def test_every_grant_is_to_the_apps_identity() -> None:
 
 
 def test_the_cluster_role_grants_exactly_the_kubernetes_calls_the_code_declares() -> None:
-    declared = code_kube_rules()
+    declared = code_kube_rules(CLUSTER)
     assert declared, "shared.kube declares no Kubernetes call (expected @requires_kube on the adapter)"
     granted = cluster_role_rules()
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
@@ -180,10 +207,12 @@ def test_the_binding_gives_the_cluster_role_to_the_apps_identity() -> None:
     assert "STEWARD_PRINCIPAL_ID" in bicep("main.bicep")["outputs"], "main.bicep must output the identity's object id"
 
 
-def test_the_azure_rbac_kubernetes_role_maps_to_the_same_calls() -> None:
-    rules = code_kube_rules()
+@pytest.mark.parametrize(("scope", "name"), [(CLUSTER, "dataActions"), (APP_NAMESPACE, "namespaceDataActions")],
+                         ids=["cluster-wide", "own-namespace"])
+def test_the_azure_rbac_kubernetes_roles_map_to_the_same_calls(scope: str, name: str) -> None:
+    rules = code_kube_rules(scope)
     expected = {azure_data_action(g, r, v) for g, r, v in rules if is_built_in(g)}
-    granted = set(variable(bicep("app/kubernetes-role.bicep"), "dataActions"))
+    granted = set(variable(bicep("app/kubernetes-role.bicep"), name))
     assert granted == expected, (f"granted but never called: {sorted(granted - expected)}; "
                                  f"called but not granted: {sorted(expected - granted)}")
 
@@ -206,6 +235,14 @@ def test_the_kubernetes_role_holds_data_actions_only_and_is_assigned_with_the_cl
     assignment = resource(access, "kubernetesOnCluster")
     assert resource_body(assignment)["scope"] == "cluster"
     assert assignment["config"].get("condition"), "the Kubernetes role must be skippable (clusters without Azure RBAC)"
+    on_namespace = resource(access, "kubernetesOnNamespace")
+    assert resource_body(on_namespace)["scope"] == "namespace"
+    assert on_namespace["config"].get("condition")
+    namespace = resource(access, "namespace")
+    assert namespace["existing"] is True
+    namespace_role = resource_body(resource(bicep("app/kubernetes-role.bicep"), "namespaceRole"))
+    [permissions] = namespace_role["properties"]["permissions"]
+    assert permissions["actions"] == [] and permissions["dataActions"] == "namespaceDataActions"
 
 
 @pytest.mark.parametrize(
@@ -231,3 +268,58 @@ def test_the_manifests_are_where_the_docs_and_script_say() -> None:
     assert CLUSTER_ROLE.is_file() and CLUSTER_ROLE_BINDING.is_file()
     for doc in (INFRA.parent / "docs" / "deploy.md", INFRA.parent / "scripts" / "apply-kube-rbac.sh"):
         assert "infra/kubernetes" in doc.read_text(encoding="utf-8"), f"{doc.name} does not point at the manifests"
+
+
+# --- Kubernetes: the app's namespace and its Role -----------------------------------------------
+
+
+def test_the_namespaced_role_grants_exactly_the_calls_the_code_makes_in_its_namespace() -> None:
+    declared = code_kube_rules(APP_NAMESPACE)
+    assert declared, "shared.kube declares no call in the app's namespace (leases, events, Jobs)"
+    granted = namespaced_role_rules()
+    assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
+                                 f"called but not granted: {sorted(declared - granted)}")
+
+
+def test_leases_events_and_jobs_are_granted_only_in_the_apps_namespace() -> None:
+    from shared.settings import DEFAULT_STEWARD_NAMESPACE
+
+    namespace = the_one(NAMESPACE, "Namespace")
+    assert namespace["metadata"]["name"] == DEFAULT_STEWARD_NAMESPACE
+    assert the_one(ROLE, "Role")["metadata"]["namespace"] == DEFAULT_STEWARD_NAMESPACE
+    cluster_wide = {(g, r) for g, r, _ in cluster_role_rules()}
+    assert not cluster_wide & {("batch", "jobs"), ("coordination.k8s.io", "leases"), ("", "events")}
+    assert variable(bicep("main.bicep"), "stewardSettings")["STEWARD_NAMESPACE"] == DEFAULT_STEWARD_NAMESPACE
+    assert bicep("app/cluster-access.bicep")["parameters"]["stewardNamespace"]["default"] == DEFAULT_STEWARD_NAMESPACE
+
+
+def test_the_apps_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    labels = the_one(NAMESPACE, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_cluster_wide_the_app_may_touch_pods_only_to_list_and_evict_them() -> None:
+    pods = {(r, v) for g, r, v in cluster_role_rules() if g == "" and r.startswith("pods")}
+    assert pods == {("pods", "list"), ("pods/eviction", "create")}
+    nodes = {v for g, r, v in cluster_role_rules() if (g, r) == ("", "nodes")}
+    assert nodes == {"get", "list", "patch"}
+
+
+def test_the_role_binding_gives_the_role_to_the_apps_identity() -> None:
+    binding = the_one(ROLE_BINDING, "RoleBinding")
+    role = the_one(ROLE, "Role")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    [subject] = binding["subjects"]
+    assert (subject["kind"], subject["name"]) == ("User", "${STEWARD_PRINCIPAL_ID}")
+
+
+def test_generic_object_methods_declare_per_kind_from_the_table_they_consult() -> None:
+    kube = _import("shared.kube")
+    for method, table, verbs in ((kube.KubeClient.create_object, kube.CREATE_KINDS, {"create"}),
+                                 (kube.KubeClient.apply_object, kube.APPLY_KINDS, {"get", "create", "update"}),
+                                 (kube.KubeClient.get_object, kube.READ_KINDS, {"get"}),
+                                 (kube.KubeClient.delete_object, kube.DELETE_KINDS, {"delete"})):
+        declared = {(g, r, v) for g, r, vs, _ in method.__kube_rules__ for v in vs}
+        assert declared == {(g, plural, v) for (g, _k), (plural, _n) in table.items() for v in verbs}, method.__name__
+        assert method.__kube_kinds__ == frozenset(table), method.__name__

@@ -138,13 +138,15 @@ def test_apply_kube_rbac_binds_the_identity_by_object_id(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     calls = _calls(env)
     assert any(" aks get-credentials --subscription s1 --resource-group rg1 --name c1 " in c for c in calls)
-    assert any("clusterrole.yaml" in c and " apply " in c for c in calls)
+    assert any("clusterrole.yaml" in c and "namespace.yaml" in c and "role.yaml" in c and " apply " in c
+               for c in calls)
     assert sum(" apply -f" in c for c in calls) == 2
     import yaml
 
-    [binding] = list(yaml.safe_load_all(Path(env["CALLS"] + ".stdin").read_text(encoding="utf-8")))
-    assert binding["kind"] == "ClusterRoleBinding"
-    assert binding["subjects"][0]["name"] == principal
+    # the cluster-wide and the namespaced binding, both to the identity's object id (issue 11)
+    bindings = list(yaml.safe_load_all(Path(env["CALLS"] + ".stdin").read_text(encoding="utf-8")))
+    assert [b["kind"] for b in bindings] == ["ClusterRoleBinding", "RoleBinding"]
+    assert [b["subjects"][0]["name"] for b in bindings] == [principal, principal]
 
 
 def test_apply_kube_rbac_refuses_a_principal_that_is_not_an_object_id(tmp_path: Path) -> None:
