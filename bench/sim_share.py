@@ -60,7 +60,7 @@ def measure(nodes: int, *, page_size: int = 500) -> dict[str, dict[str, float]]:
     with start_sim(scenario=scenario, seed=5) as sim:
         cluster = sim.endpoints["clusters"][0]
         core = k8s.CoreV1Api(sim.kube_client(cluster["name"]))
-        ours = KubeClient(Path(cluster["kubeconfig"]).read_bytes(), SimTokenCredential(sim),
+        ours = KubeClient(sim.app_kubeconfig(cluster["name"]), SimTokenCredential(sim),
                           server_app_id=AKS_SERVER_APP, ca_bundle=sim.ca_bundle, cluster_id=cluster["id"])
 
         def raw() -> int:

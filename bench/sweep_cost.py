@@ -24,7 +24,6 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -65,7 +64,7 @@ class _Clients:
         self.ours: dict[str, Any] = {}
         self.theirs: dict[str, Any] = {}
         for cluster in sim.endpoints["clusters"]:
-            kubeconfig = Path(cluster["kubeconfig"]).read_bytes()
+            kubeconfig = sim.app_kubeconfig(cluster["name"])
             self.ours[cluster["id"]] = KubeClient(kubeconfig, credential, server_app_id=AKS_SERVER_APP,
                                                   ca_bundle=sim.ca_bundle, cluster_id=cluster["id"])
             self.theirs[cluster["id"]] = k8s.CoreV1Api(sim.kube_client(cluster["name"]))
@@ -81,7 +80,8 @@ class _Clients:
         clock = SimpleNamespace(now=time.time)
         for cluster_id, kube in self.ours.items():
             ctx = SimpleNamespace(access=SimpleNamespace(kube=lambda _id, k=kube: k), clock=clock)
-            sweep._sweep_cluster(ctx, cluster_id, policy=policy, report=report,  # type: ignore[arg-type]
+            cluster = SimpleNamespace(id=cluster_id, node_provisioning_mode="Manual")  # a ClusterInfo's fields it reads
+            sweep._sweep_cluster(ctx, cluster, policy=policy, report=report,  # type: ignore[arg-type]
                                  observations=observations)
         return report.nodes
 

@@ -41,6 +41,14 @@ PROFILE = {
     "REMEDIATION_POLL_S": "5",
     "REMEDIATION_RUNG_TIMEOUTS": "restart=120,reimage=240,replace=600",
     "BREAKER_PERCENT": "60",
+    # Who may ask for what (shared/teams.py): each team sends to its own queue; the queue, not the
+    # message, says who asked. ml-platform gets the defaults (T4/A10 sizes, 8 GPUs per request) on
+    # its own cluster; research may use A100s anywhere in scope, 8 GPUs at a time.
+    "POOL_REQUEST_TEAMS": json.dumps({
+        "ml-platform": {"clusters": ["/subscriptions/8f2d4c1e-5a3b-4c7d-9e0f-000000000001/resourceGroups/"
+                                     "rg-ml-platform/providers/Microsoft.ContainerService/managedClusters/ml-platform"]},
+        "research": {"clusters": "*", "sizes": ["Standard_NC24ads_A100_v4"], "maxGpusPerRequest": 8},
+    }),
 }
 
 VALID_REQUEST = {
@@ -72,6 +80,17 @@ INVALID_REQUEST = {
     "labels": {"kubernetes.azure.com/mode": "user"},
 }
 
+#: Sent on research's queue, claiming to come from ml-platform: 1,000 H100s. The queue decides.
+GREEDY_REQUEST = {
+    "schemaVersion": "1",
+    "requestId": "demo-thousand-h100",
+    "requester": "ml-platform",
+    "cluster": VALID_REQUEST["cluster"],
+    "poolName": "bigh100",
+    "vmSize": "Standard_ND96isr_H100_v5",
+    "count": 125,
+}
+
 KINDS = ("pool-request", "remediation", "migration")
 
 
@@ -90,7 +109,7 @@ def _last_note(record: Any) -> str:
 def _label(record: Any) -> str:
     d = record.data or {}
     if record.kind == "pool-request":
-        return f"request {record.id}"
+        return f"request {record.id}" + (f" (team {d['requester']})" if d.get("requester") else "")
     if record.kind == "remediation":
         return f"node {d.get('node', record.id)} ({d.get('condition', '?')})"
     return f"pool {d.get('cluster_name') or d.get('cluster', '')}/{d.get('pool', record.id)}"
@@ -214,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         clock_mod.use(fleet_clock)
         ctx = stack.context()
         print(f"  fleet: {len(stack.endpoints['clusters'])} clusters, clock x{c['speed']:g}; logs in {state}\n")
-        stack.submit(VALID_REQUEST)
-        _say(fleet_clock, f"team-inference asks for a managed T4 pool on ml-platform ({VALID_REQUEST['requestId']})")
-        stack.submit(INVALID_REQUEST)
+        stack.submit(VALID_REQUEST, team="ml-platform")
+        _say(fleet_clock, f"team ml-platform asks for a managed T4 pool on ml-platform ({VALID_REQUEST['requestId']})")
+        stack.submit(INVALID_REQUEST, team="ml-platform")
         _say(fleet_clock, f"an intern submits a request that breaks several rules ({INVALID_REQUEST['requestId']})")
+        stack.submit(GREEDY_REQUEST, team="research")
+        _say(fleet_clock, "someone with research's queue asks for 1,000 H100s on ml-platform, claiming to be "
+                          f"ml-platform ({GREEDY_REQUEST['requestId']})")
         seen: dict[tuple[str, str], str] = {}
         deadline = time.monotonic() + args.timeout
         finished, waiting = False, []

@@ -135,6 +135,10 @@ class Host:
             specs = indexing.index(app, {**os.environ, **self.settings})
         except (indexing.IndexingError, host_settings.SettingsError) as error:
             raise HostError(str(error)) from error
+        except ValueError as error:  # shared.env.SettingError: a setting the app reads at import is malformed
+            if type(error).__name__ != "SettingError":
+                raise
+            raise HostError(f"the app could not be indexed: {error}") from error
         self.functions = {spec.name: spec for spec in specs}
         return specs
 

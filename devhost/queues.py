@@ -249,7 +249,15 @@ class QueueListener:
         log.error("%s: message %s has reached MaxDequeueCount of %d (or cannot be bound). Moving message to "
                   "queue '%s'. Last error: %s", self.spec.name, message.id, self.options.max_dequeue_count,
                   self.poison_name, reason)
-        poison = self.host.queues.ensure(self.connection, self.poison_name)
-        poison.send_message(message.content)
+        # As the extension does (Azure/azure-sdk-for-net, Microsoft.Azure.WebJobs.Extensions.Storage.Common
+        # StorageQueueExtensions.AddMessageAndCreateIfNotExistsAsync): send first, create the poison queue
+        # only when the send answers QueueNotFound. A provisioned poison queue then needs only
+        # Message Sender on it, never the right to create queues (infra/app/team-queues-access.bicep).
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            self.host.queues.queue(self.connection, self.poison_name).send_message(message.content)
+        except ResourceNotFoundError:
+            self.host.queues.ensure(self.connection, self.poison_name).send_message(message.content)
         self._delete(entry)
         self.host.record_poison(self.spec.name, message_id=message.id, reason=reason)

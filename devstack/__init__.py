@@ -80,10 +80,28 @@ def _app_settings(*, endpoints: Mapping[str, Any], storage: str, profile: Mappin
         "POOL_REQUEST_QUEUE": "gpu-pool-requests",
         "NUDGE_QUEUE": "steward-nudge",
         "LEDGER_TABLE": "stewardledger",
+        # The team-facing queues: in Azure a storage account of their own (docs/deploy.md); locally
+        # the same Azurite account under the app's second connection name.
+        "TeamRequestsStorage": storage,
+        "POOL_REQUEST_TEAMS": json.dumps(DEV_TEAMS),
     }
     values.update(FAST_PROFILE)
     values.update(profile)
     return values
+
+
+#: The local fleet's default team (POOL_REQUEST_TEAMS, shared/teams.py): the platform team, on the
+#: queue the end-to-end tests and tools send to, allowed every cluster in scope and every size. A
+#: profile may replace POOL_REQUEST_TEAMS with teams of its own (the demo, tests of team limits).
+DEV_TEAMS: dict[str, Any] = {"platform": {"clusters": "*", "sizes": "*", "maxGpusPerRequest": 64,
+                                          "queue": "gpu-pool-requests"}}
+
+
+def team_queues(settings: Mapping[str, str]) -> dict[str, str]:
+    """Team name -> its pool-request queue, as the app reads them from the settings (in their order)."""
+    from shared import teams
+
+    return {t.name: t.queue for t in teams.from_env(settings)}
 
 
 @dataclass
@@ -103,6 +121,15 @@ class Stack:
     @property
     def endpoints_path(self) -> Path:
         return Path(self.sim.state_dir) / "endpoints.json"
+
+    @property
+    def app_principal_id(self) -> str:
+        """The object id of the app's managed identity in the simulated tenant: what the clusters' RBAC
+        bindings and the ARM role assignments name (``kubectl auth can-i --as <it> ...``). The harness
+        itself (this Stack, the kubeconfigs, the control API's tokens) acts as an administrator."""
+        from sim.identity import APP_PRINCIPAL_ID
+
+        return APP_PRINCIPAL_ID
 
     # ------------------------------------------------------------------ hosts
 
@@ -170,13 +197,30 @@ class Stack:
             client.create_queue()
         return client
 
-    def submit(self, request: Mapping[str, Any] | str) -> None:
-        """Drop a pool request on the queue, base64-encoded as the Functions host reads it."""
-        body = request if isinstance(request, str) else json.dumps(request)
-        self.queue(self.settings["POOL_REQUEST_QUEUE"]).send_message(body)
+    def team_queue(self, team: str | None = None) -> str:
+        """The pool-request queue of ``team`` (default: the first team of POOL_REQUEST_TEAMS)."""
+        queues = team_queues(self.settings)
+        if not queues:
+            raise ValueError("POOL_REQUEST_TEAMS names no team, so there is no pool-request queue")
+        if team is None:
+            return next(iter(queues.values()))
+        if team not in queues:
+            raise ValueError(f"POOL_REQUEST_TEAMS has no team {team!r}; it has {sorted(queues)}")
+        return queues[team]
 
-    def peek_poison(self) -> list[str]:
-        client = self.queue(self.settings["POOL_REQUEST_QUEUE"] + "-poison")
+    def provision_team_queues(self) -> None:
+        """Create every team's queue and its poison queue, as infra/ does in Azure (teams cannot)."""
+        for queue in team_queues(self.settings).values():
+            self.queue(queue)
+            self.queue(f"{queue}-poison")
+
+    def submit(self, request: Mapping[str, Any] | str, *, team: str | None = None) -> None:
+        """Drop a pool request on ``team``'s queue, base64-encoded as the Functions host reads it."""
+        body = request if isinstance(request, str) else json.dumps(request)
+        self.queue(self.team_queue(team)).send_message(body)
+
+    def peek_poison(self, team: str | None = None) -> list[str]:
+        client = self.queue(self.team_queue(team) + "-poison")
         return [base64.b64decode(m.content).decode() if _is_b64(m.content) else m.content
                 for m in client.peek_messages(max_messages=32)]
 
@@ -249,6 +293,7 @@ def running(*, scenario: str | Path | Mapping[str, Any] | None = None, seed: int
             host_json_path = _write_host_json(base / "host.json", host_json) if host_json else None
             stack = Stack(state_dir=base, azurite=az, sim=sim, settings=settings, settings_path=path,
                           host_json_path=host_json_path)
+            stack.provision_team_queues()
             try:
                 for i in range(hosts):
                     stack.start_host(f"host-{i + 1}")

@@ -16,8 +16,10 @@ from fleetctl import config, records, render
 from fleetctl.config import ConfigError, Storage
 from fleetctl.fleet import FleetUnavailable
 
-EPILOG = ("settings: AzureWebJobsStorage (or AzureWebJobsStorage__queueServiceUri/__tableServiceUri), "
-          "POOL_REQUEST_QUEUE, LEDGER_TABLE, and for status/plan/breaker --reset the app's fleet settings "
+EPILOG = ("settings: for submit TeamRequestsStorage (or TeamRequestsStorage__queueServiceUri) and "
+          "POOL_REQUEST_TEAMS/POOL_REQUEST_TEAM; otherwise AzureWebJobsStorage (or "
+          "AzureWebJobsStorage__queueServiceUri/__tableServiceUri), LEDGER_TABLE, and for status/plan "
+          "the app's fleet settings "
           "(FLEET_SUBSCRIPTIONS, ARM_ENDPOINT, ...); from the environment or --settings local.settings.json.")
 
 
@@ -36,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE|-", help="the request as JSON; - reads standard input")
     p.add_argument("--request-id", help="set (or replace) the request's requestId")
     p.add_argument("--raw", action="store_true", help="send the file exactly as it is, even if it is not a JSON object")
-    p.add_argument("--queue", help="queue to send to (default: POOL_REQUEST_QUEUE or gpu-pool-requests)")
+    p.add_argument("--team", help="your team: sends to its queue (POOL_REQUEST_TEAMS; default POOL_REQUEST_TEAM, "
+                                  "or the only team configured)")
+    p.add_argument("--queue", help="queue to send to, instead of the team's")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     p = sub.add_parser("requests", help="list pool requests and their outcomes from the ledger",
@@ -64,8 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                        description="The breaker stops all remediation when too many GPU nodes fail at once. It "
                                    "stays open until an operator resets it; events from before the reset are "
                                    "dropped as stale.")
-    p.add_argument("--reset", action="store_true", help="close the breaker (needs --by)")
+    p.add_argument("--reset", action="store_true", help="ask the steward to close the breaker (needs --by and "
+                                                         "--reason); written as a command the app validates and "
+                                                         "applies at its next reconcile")
     p.add_argument("--by", help="who resets it (recorded in the ledger and the Reset event)")
+    p.add_argument("--reason", help="why (recorded with the command and in the Reset event)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("plan", help="show the migration plan for unmanaged GPU pools (changes nothing)",
@@ -87,8 +94,8 @@ def cmd_submit(args: argparse.Namespace, settings: dict[str, str], out: TextIO) 
     from fleetctl.submit import submit
 
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    queue = args.queue or config.pool_request_queue(settings)
-    result = submit(text, storage=Storage.from_settings(settings), queue=queue, request_id=args.request_id,
+    queue = args.queue or config.pool_request_queue(settings, args.team)
+    result = submit(text, storage=Storage.team_requests(settings), queue=queue, request_id=args.request_id,
                     raw=args.raw)
     if args.json:
         print(render.as_json({"request_id": result.request_id, "message_id": result.message_id,
@@ -153,24 +160,57 @@ def _breaker_text(view: dict[str, Any]) -> str:
         text += f" since {render.when(view['opened_at'])}: {view['reason']}"
     if view.get("reset_by"):
         text += f" (last reset {render.when(view['reset_at'])} by {view['reset_by']})"
+    for cmd in view.get("commands") or []:
+        outcome = cmd["outcome"] if isinstance(cmd["outcome"], str) else ""
+        text += (f"\ncommand {cmd['id']}: {cmd['command']} by {cmd['by']} ({cmd['reason']}): {cmd['state']}"
+                 + (f": {outcome}" if outcome else ""))
     return text
 
 
 def cmd_breaker(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
+    """Show the breaker; ``--reset`` asks the app to reset it through a validated command record
+    (shared.commands): fleetctl never writes the breaker record itself."""
     if args.reset:
-        if not args.by:
-            print("fleetctl breaker --reset needs --by NAME (who resets it is recorded)", file=sys.stderr)
+        if not args.by or not args.reason:
+            print("fleetctl breaker --reset needs --by NAME and --reason TEXT (who resets it, and why, are recorded)",
+                  file=sys.stderr)
             return 2
-        from fleetctl.fleet import build_context
-        from shared import breaker
+        from shared import clock as clocks
+        from shared import commands
+        from shared.errors import Invalid
 
-        state = breaker.reset(build_context(), by=args.by)
-        print(f"breaker reset by {state.reset_by}; it is {state.state}", file=out)
+        try:
+            record = commands.request(_ledger(settings), command=commands.BREAKER_RESET, by=args.by,
+                                      reason=args.reason, now=clocks.current().now())
+        except Invalid as error:
+            print(f"fleetctl breaker --reset: {error.reason}", file=sys.stderr)
+            return 2
+        _nudge(settings, f"command:{record.id}")
+        if args.json:
+            print(render.as_json(commands.view(record)), file=out)
+        else:
+            print(f"breaker reset asked by {args.by} (command {record.id}); the steward applies it at its next "
+                  "reconcile: see fleetctl breaker", file=out)
         return 0
     ledger = _ledger(settings)
     view = records.breaker_view(records.get_record(ledger, records.BREAKER, "fleet"))
+    view["commands"] = records.command_views(ledger)
     print(render.as_json(view) if args.json else _breaker_text(view), file=out)
     return 0
+
+
+def _nudge(settings: dict[str, str], hint: str) -> None:
+    """Wake the app's reconciler now (a message on NUDGE_QUEUE, base64 as the host reads it); best effort:
+    without it the command is applied at the next timer tick."""
+    import base64
+
+    name = settings.get("NUDGE_QUEUE", "").strip() or "steward-nudge"
+    try:
+        client: Any = Storage.from_settings(settings).queue_client(name)
+        client.send_message(base64.b64encode(hint.encode()).decode("ascii"))
+    except Exception as error:  # the queue is the app's; the command is recorded either way
+        print(f"(the steward was not nudged: {type(error).__name__}; it applies the command at its next tick)",
+              file=sys.stderr)
 
 
 def cmd_plan(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
@@ -233,6 +273,9 @@ def _status_text(data: dict[str, Any]) -> str:
                              [(v["node"], v["cluster"], v["state"], v["condition"], render.when(v["created_at"]))
                               for v in flight])
         lines += ["  " + line for line in table.splitlines()]
+        lines += [f"  {'STUCK' if v.get('stuck') else 'RETRYING'} {v['cluster']}/{v['node']} in {v['state']}"
+                  + (f" ({v['error_tries']} permanent failures in a row)" if v.get("error_tries") else "")
+                  + f": {v['last_error']}" for v in flight if v.get("last_error")]
     lines.append(_breaker_text(data["breaker"]))
     migrations = data["migrations"]
     lines.append(f"migrations: {len(migrations)}")
@@ -242,7 +285,21 @@ def _status_text(data: dict[str, Any]) -> str:
                                f"{m['nodes_drained']}/{m['nodes_total']} nodes", render.short(m["note"], 50))
                               for m in migrations])
         lines += ["  " + line for line in table.splitlines()]
+        lines += _migration_reasons(migrations)
     return "\n".join(lines)
+
+
+def _migration_reasons(migrations: Sequence[dict[str, Any]]) -> list[str]:
+    """In full, what an operator must read: why a migration is blocked, and the error a step keeps hitting."""
+    out = []
+    for m in migrations:
+        where = f"{m['cluster']}/{m['pool']}"
+        if m["state"] == "blocked" and m.get("reason"):
+            out.append(f"  BLOCKED {where}: {m['reason']}")
+        elif not m["terminal"] and m.get("last_error"):
+            tries = f" ({m['error_tries']} permanent failures in a row)" if m.get("error_tries") else ""
+            out.append(f"  RETRYING {where} in {m['state']}{tries}: {m['last_error']}")
+    return out
 
 
 def cmd_status(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:

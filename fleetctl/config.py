@@ -1,7 +1,8 @@
 """Settings for fleetctl: the app's own settings, from the environment or a local.settings.json.
 
-fleetctl reads the same names as the app (``AzureWebJobsStorage``, ``POOL_REQUEST_QUEUE``,
-``LEDGER_TABLE``, ...), so one local.settings.json serves the app, the local host and the tool.
+fleetctl reads the same names as the app (``AzureWebJobsStorage``, ``TeamRequestsStorage``,
+``POOL_REQUEST_TEAMS``, ``LEDGER_TABLE``, ...), so one local.settings.json serves the app, the
+local host and the tool. ``submit`` needs only the team-requests account and the team's queue.
 As with Core Tools, a variable already set in the environment wins over the file.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 DEFAULT_POOL_REQUEST_QUEUE = "gpu-pool-requests"
 DEFAULT_LEDGER_TABLE = "stewardledger"
 STORAGE = "AzureWebJobsStorage"
+TEAM_STORAGE = "TeamRequestsStorage"
 
 
 class ConfigError(ValueError):
@@ -105,6 +107,18 @@ class Storage:
         return cls(connection_string=connection, queue_uri=queue_uri, table_uri=table_uri,
                    client_id=settings.get(f"{STORAGE}__clientId", "").strip())
 
+    @classmethod
+    def team_requests(cls, settings: Mapping[str, str]) -> Storage:
+        """The team-facing storage account the pool-request queues live in (connection TeamRequestsStorage)."""
+        connection = settings.get(TEAM_STORAGE, "").strip()
+        queue_uri = settings.get(f"{TEAM_STORAGE}__queueServiceUri", "").strip()
+        if not connection and not queue_uri:
+            raise ConfigError(f"set {TEAM_STORAGE}__queueServiceUri (the team-requests storage account, e.g. "
+                              f"https://<account>.queue.core.windows.net; azd output TEAM_REQUESTS_QUEUE_ENDPOINT) "
+                              f"or {TEAM_STORAGE} (a connection string, locally)")
+        return cls(connection_string=connection, queue_uri=queue_uri,
+                   client_id=settings.get(f"{TEAM_STORAGE}__clientId", "").strip())
+
     def credential(self) -> object:
         from azure.identity import DefaultAzureCredential
 
@@ -129,8 +143,28 @@ class Storage:
         return TableClient(endpoint=self.table_uri, table_name=name, credential=self.credential())
 
 
-def pool_request_queue(settings: Mapping[str, str]) -> str:
-    return settings.get("POOL_REQUEST_QUEUE", "").strip() or DEFAULT_POOL_REQUEST_QUEUE
+def pool_request_queue(settings: Mapping[str, str], team: str | None = None) -> str:
+    """The queue of ``team`` (or POOL_REQUEST_TEAM) in POOL_REQUEST_TEAMS; the only team's when there is one."""
+    from shared import teams as teams_mod
+    from shared.env import SettingError
+
+    try:
+        teams = teams_mod.from_env(settings)
+    except SettingError as error:
+        raise ConfigError(str(error)) from None
+    chosen = team or settings.get("POOL_REQUEST_TEAM", "").strip() or None
+    if chosen is None:
+        if len(teams) == 1:
+            return teams[0].queue
+        raise ConfigError("say which team you send for: --team NAME (or POOL_REQUEST_TEAM), or --queue NAME; "
+                          + (f"POOL_REQUEST_TEAMS has {', '.join(t.name for t in teams)}" if teams
+                             else "POOL_REQUEST_TEAMS is not set here"))
+    found = teams_mod.by_name(teams, chosen)
+    if found is None:
+        if not teams:  # a team member usually has no copy of the app's settings: the default queue name
+            return f"{settings.get('POOL_REQUEST_QUEUE', '').strip() or DEFAULT_POOL_REQUEST_QUEUE}-{chosen}"
+        raise ConfigError(f"POOL_REQUEST_TEAMS has no team {chosen!r}; it has {', '.join(t.name for t in teams)}")
+    return found.queue
 
 
 def ledger_table(settings: Mapping[str, str]) -> str:

@@ -2,8 +2,8 @@
 
 fleetctl builds the same :class:`shared.context.Context` the app builds (``shared.wiring``), so it
 reaches ARM and the Kubernetes API servers with the same scope, endpoints and credentials (your
-developer identity on a laptop, via DefaultAzureCredential). It only reads, except ``breaker
---reset``, which is the operator action the breaker is designed around.
+developer identity on a laptop, via DefaultAzureCredential). It only reads: ``breaker --reset``
+writes an operator command to the ledger (shared.commands), which the app validates and applies.
 """
 
 from __future__ import annotations

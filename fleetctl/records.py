@@ -1,6 +1,7 @@
 """Reading the app's ledger (one Azure Table; docs/architecture.md, "Durable records").
 
-fleetctl only reads here, through ``shared.ledger.TableLedger`` so the row encoding stays the app's.
+fleetctl reads here (and writes only operator commands, shared.commands), through
+``shared.ledger.TableLedger`` so the row encoding stays the app's.
 The views below pick the fields a person needs from each kind's record: what was asked, where it
 is now, and why (the last history note, or the rejection's reasons).
 """
@@ -76,6 +77,8 @@ def remediation_view(record: Any) -> dict[str, Any]:
             "cluster_id": d.get("cluster"), "pool": d.get("pool"), "node": d.get("node"),
             "condition": d.get("condition"), "attempts": record.attempts, "created_at": record.created_at,
             "updated_at": record.updated_at, "note": _last_note(record),
+            "last_error": str(d.get("_last_error") or ""), "error_tries": int(d.get("_permanent_tries") or 0),
+            "stuck": str(d.get("_stuck") or ""),
             "terminal": record.state in TERMINAL[REMEDIATION]}
 
 
@@ -87,6 +90,9 @@ def migration_view(record: Any) -> dict[str, Any]:
             "pool": d.get("pool"), "replacement": d.get("replacement"), "strategy": d.get("strategy"),
             "nodes_drained": drained, "nodes_total": total, "phase": d.get("phase"),
             "updated_at": record.updated_at, "note": _last_note(record),
+            "reason": str(d.get("reason") or "") if record.state in ("blocked", "rolling_back", "rolled_back") else "",
+            "last_error": str(d.get("_last_error") or ""), "error_tries": int(d.get("_permanent_tries") or 0),
+            "waiting": str(d.get("waiting") or ""),
             "terminal": record.state in TERMINAL[MIGRATION]}
 
 
@@ -102,3 +108,17 @@ def breaker_view(record: Any) -> dict[str, Any]:
 
 def counts(records: Sequence[Any]) -> dict[str, int]:
     return dict(Counter(r.state for r in records))
+
+
+COMMAND = "command"
+RECENT_COMMANDS = 5
+
+
+def command_views(ledger: Any, *, limit: int = RECENT_COMMANDS) -> list[dict[str, Any]]:
+    """The latest operator commands (pending first), as shared.commands shows them."""
+    from shared import commands
+
+    found = list_records(ledger, COMMAND)
+    pending = [r for r in found if r.state in commands.ACTIVE_STATES]
+    done = [r for r in found if r.state not in commands.ACTIVE_STATES]
+    return [commands.view(r) for r in (pending + done)[:limit]]

@@ -52,8 +52,12 @@ def prepare(text: str, *, request_id: str | None = None, raw: bool = False) -> t
 
 
 def submit(text: str, *, storage: Storage, queue: str, request_id: str | None = None, raw: bool = False) -> Submitted:
-    """Send the request; creates the queue if it does not exist yet."""
-    from azure.core.exceptions import ResourceExistsError
+    """Send the request to the team's queue. Only sends: never creates the queue.
+
+    A team holds *Storage Queue Data Message Sender* on its own queue and nothing else, so the
+    queue must already exist (infra/ creates one per team); a missing queue is an error naming it.
+    """
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
     from azure.storage.queue import TextBase64DecodePolicy, TextBase64EncodePolicy
 
     message, rid, generated = prepare(text, request_id=request_id, raw=raw)
@@ -63,10 +67,16 @@ def submit(text: str, *, storage: Storage, queue: str, request_id: str | None = 
     client: Any = storage.queue_client(queue, message_encode_policy=TextBase64EncodePolicy(),
                                        message_decode_policy=TextBase64DecodePolicy())
     try:
-        client.create_queue()
-    except ResourceExistsError:
-        pass
-    except Exception as error:  # the SDK's errors are many; say which queue
-        raise ConfigError(f"cannot reach queue {queue!r}: {error}") from error
-    sent = client.send_message(message)
+        sent = client.send_message(message)
+    except ResourceNotFoundError:
+        raise ConfigError(f"queue {queue!r} does not exist. Team queues are created by the fleet operators with the "
+                          "deployment (infra/: the teams parameter); ask them to add your team, or check --team/--queue"
+                          ) from None
+    except ClientAuthenticationError as error:
+        raise ConfigError(f"not allowed to send to queue {queue!r}: {error.message}") from None
+    except HttpResponseError as error:
+        if error.status_code == 403:
+            raise ConfigError(f"not allowed to send to queue {queue!r}: your identity needs Storage Queue Data "
+                              "Message Sender on it (granted per team by infra/)") from None
+        raise ConfigError(f"cannot send to queue {queue!r}: {error.message}") from None
     return Submitted(request_id=rid, message_id=str(sent.id), queue=queue, generated_id=generated)

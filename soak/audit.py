@@ -56,15 +56,42 @@ class Sampler:
     worst_at: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
     samples: int = 0
     initial_nodes: dict[str, list[str]] = field(default_factory=dict)  # "cluster/pool" -> node names at start
+    # For the checks of issue 10: every node seen and its pool (Karpenter nodes come and go), and at
+    # each step the nodes that turned schedulable again and the GPU conditions that turned True, with
+    # the previous sample's time (the event happened in between).
+    first_t: float = 0.0
+    node_pools: dict[tuple[str, str], str] = field(default_factory=dict)
+    uncordons: list[dict[str, Any]] = field(default_factory=list)
+    turned_true: list[dict[str, Any]] = field(default_factory=list)
+    _last: dict[tuple[str, str], tuple[bool, frozenset[str]]] = field(default_factory=dict)
+    _last_t: float = 0.0
+
+    def _transitions(self, key: tuple[str, str], node: Mapping[str, Any], now: float) -> None:
+        unschedulable = bool(node.get("unschedulable"))
+        unhealthy = frozenset(str(c) for c in node.get("unhealthy") or [])
+        before = self._last.get(key)
+        self._last[key] = (unschedulable, unhealthy)
+        if before is None:
+            return
+        if before[0] and not unschedulable:
+            self.uncordons.append({"t": now, "prev_t": self._last_t, "cluster": key[0], "node": key[1],
+                                   "unhealthy": sorted(unhealthy)})
+        if unhealthy - before[1]:
+            self.turned_true.append({"t": now, "prev_t": self._last_t, "cluster": key[0], "node": key[1],
+                                     "conditions": sorted(unhealthy - before[1])})
 
     def sample(self, state: Mapping[str, Any]) -> None:
         self.samples += 1
         now = float((state.get("clock") or {}).get("now", 0.0))
+        if self.samples == 1:
+            self.first_t = now
         for cluster in state.get("clusters") or []:
             cname = str(cluster["name"])
             down: dict[str, list[str]] = {}
             for node in cluster.get("nodes") or []:
                 key = (cname, str(node["name"]))
+                self.node_pools[key] = str(node.get("pool", ""))
+                self._transitions(key, node, now)
                 healthy = bool(node.get("ready")) and not node.get("unschedulable")
                 if healthy:
                     self.established.add(key)
@@ -80,3 +107,4 @@ class Sampler:
                 if len(names) > self.max_unavailable.get(label, 0):
                     self.max_unavailable[label] = len(names)
                     self.worst_at[label] = (now, sorted(names))
+        self._last_t = now

@@ -93,15 +93,22 @@ class SoakScenario:
     horizon_s: float
     process_mode: bool = False
     kills: list[float] = field(default_factory=list)  # process mode: sim seconds at which a host is killed
+    # The stricter faults (soak.strict, drawn from a second RNG): timed actions the driver performs at
+    # their sim second (delete a namespace, remove finalizers, lock a node resource group, flip a
+    # condition on a NAP node), what was drawn (for the summary), and the Karpenter NodePools.
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    strict_faults: list[str] = field(default_factory=list)
+    nap_pools: list[tuple[str, str]] = field(default_factory=list)  # (cluster, NodePool)
 
     def describe(self) -> str:
         clusters = sorted({p.cluster for p in self.pools})
         pools = ", ".join(f"{p.cluster}/{p.name}:{p.count}{'(managed)' if p.managed else '(migrate)' if p.migrate else ''}"
                           for p in self.pools)
         mode = f", host processes with {len(self.kills)} kill(s)" if self.process_mode else ""
+        strict = f"; strict: {', '.join(self.strict_faults)}" if self.strict_faults else ""
         return (f"seed {self.seed}: {len(clusters)} cluster(s) [{pools}], {len(self.flips)} flip(s), "
                 f"{len(self.flapping)} flapping, {len(self.faults)} fault rule(s), {self.hosts} host(s), "
-                f"{len(self.crashes)} crash(es){mode}")
+                f"{len(self.crashes)} crash(es){mode}{strict}")
 
 
 def _fault_rules(rng: random.Random, *, clusters: list[str], window: float) -> list[dict[str, Any]]:
@@ -171,8 +178,14 @@ def _workloads(rng: random.Random, pool: PoolPlan) -> list[dict[str, Any]]:
     return out
 
 
-def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> SoakScenario:
-    """The scenario of ``seed``. ``short`` keeps it small enough for the test suite's soak."""
+def generate(seed: int, *, short: bool = False, process_mode: bool = False, strict: bool = True) -> SoakScenario:
+    """The scenario of ``seed``. ``short`` keeps it small enough for the test suite's soak.
+
+    ``strict`` adds the stricter faults of :mod:`soak.strict` (terminating namespaces, pods held by
+    finalizers, unready pods under a PDB, a locked node resource group, a NAP cluster), drawn from a
+    second RNG so that everything drawn here is the same with or without them; ``strict=False`` is
+    the scenario as it was before them (the pinned regression seeds run that way).
+    """
     rng = random.Random(seed)
     n_clusters = 1 if short or rng.random() < 0.6 else 2
     clusters = [f"soak{i + 1}" for i in range(n_clusters)]
@@ -212,6 +225,7 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> S
     if rng.random() < 0.2:
         capacity.append({"location": LOCATION, "vmSize": "Standard_NC4as_T4_v3", "available": rng.randint(0, 2)})
 
+    timings = dict(TIMINGS)
     sim_clusters = []
     for cname in clusters:
         sim_pools: list[dict[str, Any]] = [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5",
@@ -281,12 +295,20 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> S
     for _ in range(rng.choice([0, 1, 1, 2, 3, 4])):
         crashes.append(Crash(host=rng.randrange(hosts), write=rng.randint(1, 60), when=rng.choice(["before", "after"])))
 
-    last = max([f["at"] for f in flips] + [f["start"] + f["period_s"] * f["flips"] for f in flapping] + [grace])
+    strict_layer = None
+    if strict:
+        from soak.strict import add_strict_faults
+
+        strict_layer = add_strict_faults(seed, short=short, pools=pools, profile=profile, sim_clusters=sim_clusters,
+                                         timings=timings, flips=flips, grace=grace, span=span)
+    actions = strict_layer.actions if strict_layer else []
+    last = max([f["at"] for f in flips] + [f["start"] + f["period_s"] * f["flips"] for f in flapping] + [grace]
+               + [a["at"] for a in actions])
     quiet_after = last + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60
     sim = {
         "seed": seed,
         "clock": {"manual": not process_mode, "start": CLOCK_START, **({"speed": 10.0} if process_mode else {})},
-        "timings": dict(TIMINGS),
+        "timings": timings,
         "capacity": capacity,
         "subscriptions": [{"id": SUBSCRIPTION, "quotas": [{"location": LOCATION, "family": T4_FAMILY, "limit": quota},
                                                           {"location": LOCATION, "family": "standardDSv5Family",
@@ -301,4 +323,6 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False) -> S
         kills = sorted(round(rng.uniform(20, quiet_after), 1) for _ in range(rng.randint(1, 3)))
     return SoakScenario(seed=seed, sim=sim, profile=profile, pools=pools, hosts=hosts, crashes=crashes, faults=faults,
                         flips=flips, flapping=flapping, quiet_after_s=quiet_after, horizon_s=quiet_after + 1500,
-                        process_mode=process_mode, kills=kills)
+                        process_mode=process_mode, kills=kills, actions=actions,
+                        strict_faults=strict_layer.kinds if strict_layer else [],
+                        nap_pools=strict_layer.nap_pools if strict_layer else [])

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from soak.actions import ActionRunner
 from soak.audit import Sampler
 from soak.control import SimClient
 from soak.crash import CrashingLedger, HostCrashed
@@ -71,6 +72,7 @@ class RunLog:
     ended_at: float = 0.0
     end_reason: str = ""
     unfinished: int = 0  # records still active when the wall-clock budget ran out
+    actions: list[dict[str, Any]] = field(default_factory=list)  # timed actions performed (soak.actions)
     wall_by_phase: dict[str, float] = field(default_factory=dict)
 
     def timed(self, phase: str, started: float) -> None:
@@ -123,6 +125,7 @@ class InProcessRun:
         self.restarts: list[tuple[float, int]] = []  # (when, slot)
         self.raw_ledger: Any = None
         self.migrating = scenario.profile.get("MIGRATION_ENABLED") == "true"
+        self.actions = ActionRunner(scenario.actions, sim=self.sim, start=self.start)
 
     # ------------------------------------------------------------------ hosts
 
@@ -276,6 +279,9 @@ class InProcessRun:
                 for when, slot in [r for r in self.restarts if r[0] <= now]:
                     self.restarts.remove((when, slot))
                     self.hosts[slot] = self._new_host(slot)
+                started = time.monotonic()
+                self.actions.run_due(now)  # what someone else does to the fleet at this moment
+                self.log.timed("actions", started)
                 live = [(i, h) for i, h in enumerate(self.hosts) if h is not None]
                 if pool is not None and len(live) > 1:
                     barrier = threading.Barrier(len(live))
@@ -297,7 +303,8 @@ class InProcessRun:
                 earliest, active, latest_deadline = self._next_due()
                 self.log.timed("ledger scan", started)
                 now = self.clock.now()
-                if elapsed >= self.scenario.quiet_after_s and active == 0 and not self.restarts and (
+                if elapsed >= self.scenario.quiet_after_s and active == 0 and not self.restarts and \
+                        not self.actions.pending and (
                         not self.migrating or elapsed >= self.scenario.quiet_after_s + 2 * PLANNER_EVERY_S):
                     self.log.end_reason = "quiet: no active record"
                     break
@@ -315,6 +322,9 @@ class InProcessRun:
                     if h is not None:
                         wake += [h.next_sweep] + ([h.next_planner] if self.migrating else [])
                 wake += [when for when, _ in self.restarts]
+                due = self.actions.next_due()
+                if due is not None:
+                    wake.append(due)
                 if earliest is not None:
                     wake.append(earliest)
                 started = time.monotonic()
@@ -322,6 +332,7 @@ class InProcessRun:
                 self.log.timed("advance", started)
         finally:
             self.log.ended_at = self.clock.now() - self.start
+            self.log.actions = list(self.actions.log)
             if pool is not None:
                 pool.shutdown(wait=True)
             for h in self.hosts:

@@ -66,6 +66,9 @@ class ProcessRun:
             ledger = stack.ledger()
             try:
                 start = float(client.control("GET", "/clock")["now"])
+                from soak.actions import ActionRunner
+
+                actions = ActionRunner(scenario.actions, sim=client, start=start)
                 seq = 0
                 for _ in range(scenario.hosts):
                     seq += 1
@@ -78,6 +81,7 @@ class ProcessRun:
                     now = float(client.control("GET", "/clock")["now"])
                     elapsed = now - start
                     self.sampler.sample(client.state())
+                    actions.run_due(now)
                     if kills and elapsed >= kills[0]:
                         kills.pop(0)
                         if stack.hosts:
@@ -87,7 +91,7 @@ class ProcessRun:
                             seq += 1
                             stack.start_host(f"soak-{seq}")
                     active = active_records(ledger)
-                    if elapsed >= scenario.quiet_after_s and active == 0:
+                    if elapsed >= scenario.quiet_after_s and active == 0 and not actions.pending:
                         self.log.end_reason = "quiet: no active record"
                         break
                     if elapsed >= scenario.horizon_s:
@@ -107,6 +111,8 @@ class ProcessRun:
                                 nodes={str(c["name"]): kube_nodes(client, c) for c in sim.endpoints["clusters"]},
                                 records=ledger_records(ledger), max_unavailable=dict(self.sampler.max_unavailable),
                                 worst_at=dict(self.sampler.worst_at), initial_nodes=dict(self.sampler.initial_nodes),
-                                app_errors=[], published=client.published(), now=float(client.control("GET", "/clock")["now"]))
+                                app_errors=[], published=client.published(), now=float(client.control("GET", "/clock")["now"]),
+                                actions=list(actions.log), start=start, node_pools=dict(self.sampler.node_pools),
+                                uncordons=list(self.sampler.uncordons), turned_true=list(self.sampler.turned_true))
             client.close()
         return evidence, oracles, self.log

@@ -31,6 +31,7 @@ class Mix:
 
     process_every: int = 20  # every N-th seed runs real host processes (0 = never)
     table_every: int = 5  # every N-th in-process seed uses the Azurite table instead of its in-memory twin
+    strict: bool = True  # add the stricter faults of soak.strict (False: the scenarios as before issue 10)
 
     def process_mode(self, seed: int) -> bool:
         return self.process_every > 0 and seed % self.process_every == self.process_every - 1
@@ -93,7 +94,8 @@ def shared_azurite(needed: bool) -> Iterator[Any]:
 
 
 def gather_evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list[Any]], sampler: Any,
-              app_errors: list[str], now: float) -> tuple[Evidence, dict[str, Any]]:
+              app_errors: list[str], now: float, actions: list[dict[str, Any]] | None = None,
+              start: float | None = None) -> tuple[Evidence, dict[str, Any]]:
     from soak.audit import kube_nodes
 
     sim.control("DELETE", "/faults")  # the auditor's own reads must not meet the scenario's faults
@@ -103,8 +105,40 @@ def gather_evidence(scenario: SoakScenario, *, sim: Any, records: dict[str, list
     evidence = Evidence(scenario=scenario, oracles=oracles, state=state, nodes=nodes, records=records,
                         max_unavailable=dict(sampler.max_unavailable), worst_at=dict(sampler.worst_at),
                         initial_nodes=dict(sampler.initial_nodes), app_errors=list(app_errors),
-                        published=sim.published(), now=now)
+                        published=sim.published(), now=now, actions=list(actions or []),
+                        start=sampler.first_t if start is None else start, node_pools=dict(sampler.node_pools),
+                        uncordons=list(sampler.uncordons), turned_true=list(sampler.turned_true))
     return evidence, oracles
+
+
+def _rung_note(rec: Any) -> str:
+    ladder = list(rec.data.get("ladder") or [])
+    i = int(rec.data.get("rung_index") or 0)
+    rung = ladder[i] if 0 <= i < len(ladder) else "-"
+    escalation = rec.data.get("escalation") if isinstance(rec.data.get("escalation"), dict) else None
+    return rung + (f" after {escalation.get('from')} {escalation.get('code')}" if escalation else "")
+
+
+def _paths(rec: Any) -> list[str]:
+    """Which of the stricter paths a remediation went through (for the summary: were they exercised?)."""
+    out = []
+    drain = rec.data.get("drain") if isinstance(rec.data.get("drain"), dict) else {}
+    if drain.get("outcome") and drain.get("outcome") != "drained":
+        out.append(f"drain {drain['outcome']}")
+    messages = " ".join(str(m) for m in (drain.get("messages") or {}).values())
+    if "namespace is being deleted" in messages:
+        out.append("drain met a terminating namespace")
+    if "stuck terminating" in messages:
+        out.append("drain stopped waiting for a pod stuck terminating")
+    if "PodDisruptionBudget" in messages or drain.get("blocked"):
+        out.append("drain refused by a PodDisruptionBudget (429)")
+    escalation = rec.data.get("escalation") if isinstance(rec.data.get("escalation"), dict) else None
+    if escalation:
+        out.append(f"escalated to replace ({escalation.get('code')})")
+    replace = rec.data.get("replace") if isinstance(rec.data.get("replace"), dict) else {}
+    if replace.get("mode") == "nodeclaim":
+        out.append("replaced through the NodeClaim")
+    return out
 
 
 def _why(rec: Any) -> str:
@@ -145,7 +179,7 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                 try:
                     evidence, oracles = gather_evidence(scenario, sim=client, records=ledger_records(run_.raw_ledger),
                                                   sampler=run_.sampler, app_errors=log_.app_errors,
-                                                  now=run_.clock.now())
+                                                  now=run_.clock.now(), actions=log_.actions, start=run_.start)
                 finally:
                     client.close()
             result.end_reason = log_.end_reason
@@ -159,12 +193,23 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                                 "before their deadlines: rerun with a larger --wall-budget")
             if scenario.hosts > 1:
                 result.faults["two hosts at once"] += 1
+        for kind in scenario.strict_faults:
+            result.faults[f"strict: {kind}"] += 1
+        for action in evidence.actions:
+            result.faults[f"  action {action['kind']}{'' if action.get('ok') else ' (not done)'}"] += 1
         for fired in oracles.get("faults_fired") or []:
             result.faults[fault_kind(fired)] += 1
+        for action in evidence.actions:
+            result.notes.append(f"action at t+{float(action['t']) - evidence.start:.0f}s {action['kind']} "
+                                f"{action.get('cluster', '')}: {action.get('result', '')}")
         for kind in ("remediation", "migration"):
             for rec in evidence.records.get(kind, []):
                 result.outcomes[f"{kind} {rec.state}"] += 1
-                result.notes.append(f"{kind} {rec.id} {rec.state}: {_why(rec)}")
+                where = (f" ({rec.data.get('node')}, rung {_rung_note(rec)})" if kind == "remediation"
+                         else f" ({rec.data.get('pool')})")
+                result.notes.append(f"{kind} {rec.id} {rec.state}{where}: {_why(rec)}")
+                if kind == "remediation":
+                    result.outcomes.update(f"  {path}" for path in _paths(rec))
         result.violations = check_all(evidence)
     except Exception as error:
         result.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"
@@ -181,7 +226,7 @@ def run_seed(seed: int, *, mix: Mix | None = None, short: bool = False, azurite:
     """Generate the scenario of ``seed`` (and its mode from ``mix``) and run it."""
     mix = mix or Mix()
     process = mix.process_mode(seed)
-    scenario = generate(seed, short=short, process_mode=process)
+    scenario = generate(seed, short=short, process_mode=process, strict=mix.strict)
     return run_scenario(scenario, azurite=azurite, use_table=mix.use_table(seed), wall_budget_s=wall_budget_s)
 
 

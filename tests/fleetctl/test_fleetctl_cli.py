@@ -33,11 +33,16 @@ def run(*argv: str) -> tuple[int, str]:
 
 @pytest.fixture
 def storage(storage_connection_string: str, names: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    values = {"AzureWebJobsStorage": storage_connection_string, "POOL_REQUEST_QUEUE": names.queue("requests"),
+    # The team's queue sits in the team-requests account (locally the same Azurite) and is provisioned
+    # by the operators: fleetctl submit only sends (tests/fleetctl/test_fleetctl_team_queues.py).
+    queue = names.queue("requests")
+    values = {"AzureWebJobsStorage": storage_connection_string, "TeamRequestsStorage": storage_connection_string,
+              "POOL_REQUEST_TEAMS": json.dumps({"team-a": {"clusters": "*", "queue": queue}}),
               "LEDGER_TABLE": names.table("ledger")}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    return values
+    QueueClient.from_connection_string(storage_connection_string, queue).create_queue()
+    return {**values, "POOL_REQUEST_QUEUE": queue}
 
 
 @pytest.fixture
@@ -169,16 +174,40 @@ def test_the_breaker_is_shown_and_a_reset_needs_a_name(ledger: Any, capsys: pyte
     assert "--by" in capsys.readouterr().err
 
 
-def test_a_breaker_reset_calls_the_breaker_with_the_operators_name(monkeypatch: pytest.MonkeyPatch,
-                                                                   storage: dict[str, str]) -> None:
-    from shared import breaker
+def test_a_breaker_reset_is_asked_as_a_validated_command_and_never_writes_the_breaker_record(ledger: Any) -> None:
+    # Issue 11: operator actions go through a validated command path; fleetctl no longer writes the breaker row.
+    ledger.create(_record("breaker", "fleet", "open", reason="storm", opened_at=1_764_684_000.0, window={"a": 1.0}))
+    before = ledger.get("breaker", "fleet")
+    code, out = run("breaker", "--reset", "--by", "alice", "--reason", "driver roll-back done")
+    assert code == 0 and "asked by alice" in out
+    after = ledger.get("breaker", "fleet")
+    assert after is not None and after.state == "open" and after.etag == before.etag  # untouched
+    [command] = ledger.list("command")
+    assert command.state == "requested"
+    assert {k: command.data[k] for k in ("command", "by", "reason")} == {
+        "command": "breaker.reset", "by": "alice", "reason": "driver roll-back done"}
+    code, out = run("breaker")
+    assert f"command {command.id}: breaker.reset by alice (driver roll-back done): requested" in out
 
-    calls: list[tuple[Any, str]] = []
-    ctx = object()
-    monkeypatch.setattr(fleet, "build_context", lambda: ctx)
-    monkeypatch.setattr(breaker, "reset", lambda c, *, by: calls.append((c, by)) or breaker.BreakerState(reset_by=by))
-    assert run("breaker", "--reset", "--by", "alice") == (0, "breaker reset by alice; it is closed\n")
-    assert calls == [(ctx, "alice")]
+
+def test_a_breaker_reset_wakes_the_reconciler_through_the_nudge_queue(ledger: Any, storage: dict[str, str],
+                                                                     names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    nudge = names.queue("nudge")
+    monkeypatch.setenv("NUDGE_QUEUE", nudge)
+    queue = QueueClient.from_connection_string(storage["AzureWebJobsStorage"], nudge)
+    queue.create_queue()
+    assert run("breaker", "--reset", "--by", "alice", "--reason", "storm over")[0] == 0
+    [command] = ledger.list("command")
+    [sent] = list(queue.receive_messages())
+    assert base64.b64decode(sent.content).decode() == f"command:{command.id}"
+
+
+def test_a_breaker_reset_with_a_malformed_name_is_refused_before_anything_is_written(
+        ledger: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("breaker", "--reset", "--by", "alice; drop table", "--reason", "x")[0] == 2
+    assert "by must name the operator" in capsys.readouterr().err
+    assert run("breaker", "--reset", "--by", "alice")[0] == 2  # a reason is required
+    assert ledger.list("command") == []
 
 
 def _node(name: str, pool: str, *, ready: bool = True, cordoned: bool = False) -> NodeView:

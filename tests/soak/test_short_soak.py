@@ -42,3 +42,6 @@ def test_the_short_soak_really_injects_faults_and_remediates(results: dict[int, 
     assert faults["two hosts at once"] >= 3, faults
     assert outcomes["remediation done"] >= 5, outcomes
     assert any(k.startswith("migration") for k in outcomes), outcomes
+    # issue 10's stricter faults (soak/strict.py) are drawn and performed in the short soak too
+    assert sum(n for k, n in faults.items() if k.startswith("strict: ")) >= 10, faults
+    assert sum(n for k, n in faults.items() if k.startswith("  action ") and "(not done)" not in k) >= 5, faults

@@ -10,7 +10,9 @@ from __future__ import annotations
 from soak.report import failure_text
 from soak.runner import Mix, run_seed
 
-IN_PROCESS = Mix(process_every=0, table_every=0)
+# The pinned seeds run their scenarios as they were found: without the stricter faults of issue 10,
+# which soak.strict adds on top of every seed (they would change what these seeds exercise).
+IN_PROCESS = Mix(process_every=0, table_every=0, strict=False)
 
 
 def test_seed_1040_two_replacements_in_one_pool_do_not_share_a_new_node() -> None:

@@ -1,0 +1,126 @@
+"""The soak's timed actions: what someone else does to the fleet at a given sim second.
+
+Drawn by :mod:`soak.strict`, performed by the driver (in process, and between polls in host-process
+mode) when the simulated clock reaches them, through the same doors a person or a controller would
+use: the cluster's real Kubernetes API (``DELETE /api/v1/namespaces/x``; a merge patch that removes
+a pod's finalizers) with a token from the simulator, or the simulator's control API for what only
+Azure can do (lock a node resource group) and for a GPU fault on a node that exists only once
+Karpenter made it. The scenario's fault rules apply to these requests too: an action that meets one
+is tried again at the next step, a few times, and what happened is logged with its sim time.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any
+
+from soak.audit import AKS_SERVER_APP
+from soak.strict import FINALIZER
+
+MAX_TRIES = 8
+RETRY_S = 2.0
+
+
+class ActionRunner:
+    """Performs ``scenario.actions`` at ``start + action["at"]``; :attr:`log` is what was done, and when."""
+
+    def __init__(self, actions: list[dict[str, Any]], *, sim: Any, start: float) -> None:
+        self.sim = sim
+        self.start = start
+        self.pending: list[dict[str, Any]] = [dict(a, tries=0, due=start + float(a["at"]))
+                                              for a in sorted(actions, key=lambda a: float(a["at"]))]
+        self.log: list[dict[str, Any]] = []
+        self._tls: ssl.SSLContext | None = None
+
+    def next_due(self) -> float | None:
+        return min((a["due"] for a in self.pending), default=None)
+
+    def run_due(self, now: float) -> None:
+        for action in [a for a in self.pending if a["due"] <= now]:
+            action["tries"] += 1
+            try:
+                result = self._perform(action)
+            except Exception as error:  # an injected fault, a dropped connection: try again shortly
+                if action["tries"] < MAX_TRIES:
+                    action["due"] = now + RETRY_S
+                    continue
+                result = f"failed after {action['tries']} tries: {type(error).__name__}: {str(error)[:200]}"
+                ok = False
+            else:
+                ok = not result.startswith("skipped")
+                if not ok and action["tries"] < MAX_TRIES:  # e.g. no NAP node yet: Karpenter is still provisioning
+                    action["due"] = now + RETRY_S * 5
+                    continue
+            self.pending.remove(action)
+            entry = {k: v for k, v in action.items() if k not in ("tries", "due")}
+            self.log.append({**entry, "t": now, "ok": ok, "result": result})
+
+    # ------------------------------------------------------------------ the actions
+
+    def _perform(self, action: dict[str, Any]) -> str:
+        kind = action["kind"]
+        if kind == "delete-namespace":
+            return self._delete_namespace(action["cluster"], action["namespace"])
+        if kind == "remove-finalizers":
+            return self._remove_finalizers(action["cluster"], action["namespace"])
+        if kind == "lock-node-rg":
+            self.sim.control("POST", "/lock", {"cluster": action["cluster"], "locked": bool(action["locked"])})
+            return "locked" if action["locked"] else "unlocked"
+        if kind == "nap-flip":
+            return self._nap_flip(action)
+        raise ValueError(f"unknown soak action {kind!r}")
+
+    def _kube(self, cluster: str, method: str, path: str, body: Any = None,
+              content_type: str = "application/json") -> tuple[int, Any]:
+        server = next(str(c["kube_server"]) for c in self.sim.endpoints["clusters"] if c["name"] == cluster)
+        if self._tls is None:
+            self._tls = ssl.create_default_context(cafile=str(self.sim.endpoints["ca_bundle"]))
+        headers = {"Authorization": f"Bearer {self.sim.token(AKS_SERVER_APP)}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        request = urllib.request.Request(f"{server}{path}", data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, context=self._tls, timeout=30) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            if error.code in (404, 409):  # answers, not failures: gone already, or already terminating
+                return error.code, None
+            raise
+
+    def _delete_namespace(self, cluster: str, namespace: str) -> str:
+        status, _ = self._kube(cluster, "DELETE", f"/api/v1/namespaces/{namespace}")
+        return {404: "already gone", 409: "already terminating"}.get(status, f"namespace {namespace} deleted")
+
+    def _remove_finalizers(self, cluster: str, namespace: str) -> str:
+        """Remove our finalizer from every pod of ``namespace`` that is being deleted (a cleanup job's work)."""
+        status, pods = self._kube(cluster, "GET", f"/api/v1/namespaces/{namespace}/pods")
+        released = []
+        items = ((pods or {}).get("items") or []) if status == 200 else []
+        for pod in items:
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
+                rest = [f for f in meta["finalizers"] if f != FINALIZER]
+                self._kube(cluster, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{meta['name']}",
+                           {"metadata": {"finalizers": rest or None}}, "application/merge-patch+json")
+                released.append(str(meta["name"]))
+        return f"finalizers removed from {len(released)} terminating pod(s)"
+
+    def _nap_flip(self, action: dict[str, Any]) -> str:
+        """A GPU condition turns True on the ``node_index``-th node (by name) of a Karpenter NodePool."""
+        state = self.sim.state()
+        cluster = next((c for c in state.get("clusters") or [] if c["name"] == action["cluster"]), None)
+        nodes = sorted(str(n["name"]) for n in (cluster or {}).get("nodes") or []
+                       if n.get("pool") == action["nodepool"] and n.get("ready") and not n.get("unschedulable"))
+        if not nodes:
+            return "skipped: no Ready NAP node"
+        node = nodes[int(action.get("node_index", 0)) % len(nodes)]
+        self.sim.control("POST", "/conditions", {"cluster": action["cluster"], "node": node, "type": action["type"],
+                                                 "status": "True", "fixed_by": "never"})
+        action["node"] = node
+        return f"{action['type']} True on {node}"
