@@ -211,19 +211,10 @@ class TableLedger:
         """Connect as the settings say: a connection string locally, the managed identity in Azure."""
         from azure.data.tables import TableClient
 
-        options: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
-        if settings.storage_connection_string:
-            client = TableClient.from_connection_string(
-                settings.storage_connection_string, table_name=settings.ledger_table, **options)
-        else:
-            from shared.identity import credential_for
+        from shared.storage import storage_client
 
-            client = TableClient(
-                endpoint=settings.storage_table_uri, table_name=settings.ledger_table,
-                credential=credential_for(settings.storage_client_id or settings.azure_client_id or None,
-                                          managed_identity=settings.managed_identity_available),
-                **options,
-            )
+        client = storage_client(TableClient, settings, url_keyword="endpoint", url=settings.storage_table_uri,
+                                table_name=settings.ledger_table)
         return cls(client, clock=clock)
 
     # -- plumbing

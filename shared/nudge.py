@@ -100,20 +100,10 @@ class QueueNudger:
         """Connect as the settings say: a connection string locally, the managed identity in Azure."""
         from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
-        options: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30,
-                                   "message_encode_policy": TextBase64EncodePolicy()}
-        if settings.storage_connection_string:
-            client = QueueClient.from_connection_string(
-                settings.storage_connection_string, queue_name=settings.nudge_queue, **options)
-        else:
-            from shared.identity import credential_for
+        from shared.storage import storage_client
 
-            client = QueueClient(
-                account_url=settings.storage_queue_uri, queue_name=settings.nudge_queue,
-                credential=credential_for(settings.storage_client_id or settings.azure_client_id or None,
-                                          managed_identity=settings.managed_identity_available),
-                **options,
-            )
+        client = storage_client(QueueClient, settings, url_keyword="account_url", url=settings.storage_queue_uri,
+                                queue_name=settings.nudge_queue, message_encode_policy=TextBase64EncodePolicy())
         return cls(client, clock=clock)
 
     def _now_and_speed(self) -> tuple[float, float]:
