@@ -214,16 +214,18 @@ def classify_arm_error(codes: Sequence[str], message: str) -> StewardError | Non
     return None
 
 
-def error_of_detail(detail: Mapping[str, Any] | None, *, default_code: str = "ProvisioningFailed") -> Invalid:
+def error_of_detail(detail: Mapping[str, Any] | None) -> StewardError:
     """An ARM ErrorDetail (a failed operation's ``error``, a pool's ``status.provisioningError``) as
-    the specific error its codes name, else :class:`Invalid` with its own code."""
+    the specific error its codes name (QuotaExceeded, LinkedAuthorizationFailed...), else
+    :class:`Invalid` with its own code."""
     detail = detail or {}
     message = str(detail.get("message") or "")
     codes = error_codes(detail)
     specific = classify_arm_error(codes, message)
-    if isinstance(specific, Invalid):
+    if specific is not None:
         return specific
-    return Invalid(message or (codes[0] if codes else default_code), code=codes[0] if codes else default_code)
+    code = codes[0] if codes else "ProvisioningFailed"
+    return Invalid(message or code, code=code)
 
 
 def map_arm_error(error: BaseException, *, what: str) -> StewardError | None:

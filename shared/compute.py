@@ -6,7 +6,9 @@ found from the machine's ``resourceId`` (or the node's ``providerID``). Same cli
 at the edge, and ``begin_*`` return as soon as ARM accepted the operation. Two answers get their own
 error types, decided by ARM's error code: a denied action (403, e.g. node resource group lockdown)
 is :class:`VmActionDenied`, an action the VM cannot take now (409 ``OperationNotAllowed``, e.g. a
-deallocated spot VM) is :class:`VmActionImpossible`; the ladder escalates both to the AKS API.
+deallocated spot VM) is :class:`VmActionImpossible`. The ladder escalates a denied action to the AKS
+API; an impossible one only when the node shows its VM cannot act (shut down, or not registered),
+otherwise it waits as for a busy VM (shared/remediation.py ``_issue_vm_action``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class VmActionDenied(Forbidden):
 
 
 class VmActionImpossible(Invalid):
-    """The VM cannot take this action in its current state (409, e.g. a deallocated spot VM)."""
+    """The VM cannot take this action in its current state (409 ``OperationNotAllowed``): a deallocated
+    spot VM, but also a VM in the middle of another operation, so the caller judges by the node."""
 
 
 def _call_compute(fn: Callable[[], T], *, what: str) -> T:

@@ -21,6 +21,7 @@ one idempotent call, so a step cut short by a crash is simply taken again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from shared import migration_plan, scope
+from shared.aks import parse_cluster_id, pool_etag
 from shared.errors import Conflict, FeatureNotRegistered, Invalid, NotFound, QuotaExceeded, StewardError
 from shared.maintenance import window_open
 from shared.migration_plan import ACTIVE_STATES, KIND, TERMINAL_STATES, Plan, PlanItem
@@ -155,12 +157,13 @@ def _pool_nodes(kube: KubePort, pool: str) -> list[NodeView]:
     return sorted(kube.list_nodes(label_selector=f"{POOL_LABEL}={pool}"), key=lambda n: n.name)
 
 
-def _workload_pods(kube: KubePort, node: str) -> list[PodView]:
-    """Pods that must leave before the node's pool may go: not DaemonSet, not mirror, not completed."""
+def _workload_pods(kube: KubePort, node: str, *, listed: Sequence[PodView] | None = None) -> list[PodView]:
+    """Pods that must leave before the node's pool may go: not DaemonSet, not mirror, not completed.
+    ``listed``: the node's pods as already listed in this step (else they are listed now)."""
     from shared import drain
 
     out = []
-    for pod in kube.list_pods(node_name=node):
+    for pod in kube.list_pods(node_name=node) if listed is None else listed:
         if pod.node_name not in ("", node):
             continue
         if drain.skip_daemonset(pod).delete and drain.skip_mirror(pod).delete and drain.skip_completed(pod).delete:
@@ -314,10 +317,13 @@ def _body_taints(body: Mapping[str, Any]) -> list[Taint]:
     return taints
 
 
-def _old_pods(kube: KubePort, nodes: Sequence[NodeView]) -> list[PodView]:
+def _old_pods(kube: KubePort, nodes: Sequence[NodeView],
+              listed: Mapping[str, Sequence[PodView]] | None = None) -> list[PodView]:
     from shared import drain
 
-    pods = [p for found in _concurrently(lambda n: _workload_pods(kube, n.name), nodes) for p in found]
+    pods = [p for found in _concurrently(
+        lambda n: _workload_pods(kube, n.name, listed=None if listed is None else listed[n.name]), nodes)
+        for p in found]
     return [p for p in pods if drain.skip_terminating(p).delete]
 
 
@@ -422,21 +428,16 @@ def _started_elsewhere(ctx: Context, record: Record) -> int:
     return sum(1 for r in ctx.ledger.list(KIND, states=sorted(ACTIVE_STATES - {"planned"})) if r.id != record.id)
 
 
-def _put_replacement(ctx: Context, record: Record, *, count: int, etag: str | None = None) -> None:
-    """PUT the recorded replacement body with ``count`` nodes; ``etag`` (the existing replacement's, as
-    read and verified) is sent as If-Match, so a pool changed since is not written (412 -> Conflict).
-    Without one the PUT creates the replacement and sends If-None-Match: * : a pool someone made under
+def _put_replacement(ctx: Context, record: Record, *, count: int, existing: PoolInfo | None) -> None:
+    """PUT the recorded replacement body with ``count`` nodes. Over ``existing`` (the replacement as read
+    and verified) its eTag is sent as If-Match, so a pool changed since is not written (412 -> Conflict).
+    With none the PUT creates the replacement and sends If-None-Match: * : a pool someone made under
     that name since the read is never overwritten (412 -> Conflict; the next step finds it and refuses
     it for want of the migrated-from tag)."""
     body = dict(record.data["body"])
     body["count"] = count
     ctx.access.aks().begin_put_pool(str(record.data["cluster_id"]), str(record.data["replacement"]), {"properties": body},
-                                    **(_if_match(etag) if etag else {"create_only": True}))
-
-
-def _if_match(etag: Any) -> dict[str, Any]:
-    """``etag=`` for shared.aks's writes when the pool read had one (If-Match), else nothing."""
-    return {"etag": str(etag)} if etag else {}
+                                    etag=pool_etag(existing), create_only=existing is None)
 
 
 def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPolicy) -> Record:
@@ -473,13 +474,16 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
         body = record.data["body"]
         shapes = [NodeShape(predicted_labels(n, old_pool=pool, new_pool=new), _body_taints(body), n.allocatable)
                   for n in old_nodes]
-        problems = fit_problems(_old_pods(kube, old_nodes), shapes=shapes, node_count=int(body.get("count") or 0))
+        names = [n.name for n in old_nodes]  # each node's pods listed once, for the fit and the drain checks
+        listed = dict(zip(names, _concurrently(lambda n: kube.list_pods(node_name=n), names), strict=True))
+        problems = fit_problems(_old_pods(kube, old_nodes, listed), shapes=shapes,
+                                node_count=int(body.get("count") or 0))
         if problems:
             reason = "the old pool's pods would not fit the replacement: " + "; ".join(problems[:5])
             return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
         # A pod the drain would refuse (no controller, emptyDir under "refuse", two PDBs) would block the
         # migration at its first batch with both pools billed: say so before a GPU is bought.
-        refusal = drain_preflight(ctx, record, [n.name for n in old_nodes], now=now, policy=policy)
+        refusal = drain_preflight(ctx, record, names, now=now, policy=policy, listed=listed)
         if refusal:
             reason = "drain refused before evicting anything (checked before creating the replacement): " + refusal
             return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
@@ -490,7 +494,7 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
     if existing is None:
         count = full if strategy == "surge" else min(full, batch)
         try:
-            _put_replacement(ctx, record, count=count)
+            _put_replacement(ctx, record, count=count, existing=None)
         except Invalid as exc:
             if not _is_quota(exc) or strategy != "surge":
                 reason = f"creating the replacement was refused: {exc.reason}"
@@ -503,7 +507,7 @@ def _step_planned(ctx: Context, record: Record, now: float, policy: MigrationPol
             strategy, count = "rolling", min(full, batch)
             switched = {"strategy": "rolling", "strategy_switched": f"surge refused by quota ({exc.reason}); switched to rolling"}
             try:
-                _put_replacement(ctx, record, count=count)
+                _put_replacement(ctx, record, count=count, existing=None)
             except Invalid as again:
                 reason = f"GPU quota cannot hold one batch of the replacement: {again.reason}"
                 return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason, **switched)
@@ -597,7 +601,7 @@ def _step_cordoning(ctx: Context, record: Record, now: float, policy: MigrationP
         # If-Match: written only over the version just read (and verified by _refusal): else 412, look again.
         try:
             aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(old, enable_autoscaling=False)},
-                               **_if_match(old.properties.get("eTag")))
+                               etag=pool_etag(old))
         except Conflict as exc:
             return _wait(record, now=now, until=now + policy.poll_interval_s,
                          why=f"{pool} was not written ({type(exc).__name__}: {exc}): looking again")
@@ -632,17 +636,20 @@ def _drain_policy(policy: MigrationPolicy, base: Any = None) -> Any:
 
 
 def drain_preflight(ctx: Context, record: Record, nodes: Sequence[str], *, now: float,
-                    policy: MigrationPolicy) -> str:
+                    policy: MigrationPolicy, listed: Mapping[str, Sequence[PodView]] | None = None) -> str:
     """kubectl ``GetPodsForDeletion`` over every old node still to drain, before the next batch is
-    disrupted: the refusal (which pod, which rule, which setting) or "" when every node can be drained."""
+    disrupted: the refusal (which pod, which rule, which setting) or "" when every node can be drained.
+    ``listed``: each node's pods as this step already listed them."""
     from shared import drain
 
     kube = ctx.access.kube(str(record.data["cluster_id"]))
     dpolicy = _drain_policy(policy, ctx.settings.remediation)
     pdbs = drain.fetch_pdbs(kube)
     names = list(nodes)
+    found = ([listed[n] for n in names] if listed is not None
+             else _concurrently(lambda n: kube.list_pods(node_name=n), names))
     refusals = []
-    for name, pods in zip(names, _concurrently(lambda n: kube.list_pods(node_name=n), names), strict=True):
+    for name, pods in zip(names, found, strict=True):
         plan = drain.plan_drain([p for p in pods if p.node_name in ("", name)], dpolicy, now=now, pdbs=pdbs)
         if plan.refused:
             refusals.append(f"{name}: {plan.refused_pods(limit=3)}")
@@ -859,7 +866,7 @@ def _shrink_phase(ctx: Context, record: Record, now: float, policy: MigrationPol
         # resource-manager/Microsoft.ContainerService/aks/stable/2025-10-01/managedClusters.json; the SDK's
         # build_agent_pools_delete_machines_request sends none either). So the pool and its machines are
         # read again right before the call, and the pool must still be the one this migration drains.
-        again = aks.get_pool(cluster_id, pool)
+        again = _read_again(aks, cluster_id, pool)
         refusal = "it no longer exists" if again is None else _pool_refusal(record, again)
         if refusal:
             reason = f"no machine of {pool} is deleted: {refusal}"
@@ -898,7 +905,7 @@ def _grow_phase(ctx: Context, record: Record, now: float, policy: MigrationPolic
         if waiting is not None:
             return waiting
         try:
-            _put_replacement(ctx, record, count=target, etag=new.properties.get("eTag"))
+            _put_replacement(ctx, record, count=target, existing=new)
         except Conflict as exc:
             return _wait(record, now=now, until=now + policy.poll_interval_s,
                          why=f"{name} was not written ({type(exc).__name__}: {exc}): looking again")
@@ -1087,8 +1094,7 @@ def _step_deleting(ctx: Context, record: Record, now: float, policy: MigrationPo
         return _move(ctx, msgspec.structs.replace(record, data=data), "draining", now=now,
                      note=f"workload pods still on {', '.join(busy)}: draining again")
     # If-Match: deleted only if the pool is still the version read and verified above (412 -> Conflict: look again).
-    etag = old.properties.get("eTag")
-    aks.begin_delete_pool(cluster_id, pool, **({"etag": str(etag)} if etag else {}))
+    aks.begin_delete_pool(cluster_id, pool, etag=pool_etag(old))
     record = msgspec.structs.replace(record, data={**record.data, "delete_sent": True})
     return _wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting {pool}")
 
@@ -1115,7 +1121,7 @@ def _step_rolling_back(ctx: Context, record: Record, now: float, policy: Migrati
         try:
             aks.begin_put_pool(cluster_id, pool, {"properties": frozen_old_pool(
                 old, enable_autoscaling=True, min_count=was.get("min"), max_count=was.get("max"))},
-                **_if_match(old.properties.get("eTag")))
+                etag=pool_etag(old))
         except Conflict as exc:
             return _wait(record, now=now, until=now + policy.poll_interval_s,
                          why=f"{pool} was not written ({type(exc).__name__}: {exc}): looking again")
@@ -1145,7 +1151,7 @@ def _step_rolling_back(ctx: Context, record: Record, now: float, policy: Migrati
         # If-Match: the replacement is deleted only if it is still the version read and verified above
         # (tagged by this migration, managed, empty); a 412 means it changed since: look again next poll.
         try:
-            aks.begin_delete_pool(cluster_id, name, **_if_match(new.properties.get("eTag")))
+            aks.begin_delete_pool(cluster_id, name, etag=pool_etag(new))
         except Conflict as exc:
             return _wait(record, now=now, until=now + policy.poll_interval_s,
                          why=f"{name} was not written ({type(exc).__name__}: {exc}): looking again")
@@ -1179,11 +1185,14 @@ def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
 
 def _read_cluster(ctx: Context, record: Record) -> ClusterInfo | None:
     """The record's cluster as ARM describes it now (None: ARM has no such cluster)."""
+    cluster_id = str(record.data.get("cluster_id") or "")
     try:
-        return ctx.access.aks().get_cluster(str(record.data.get("cluster_id") or ""))
-    except NotFound:
-        return None
+        parse_cluster_id(cluster_id)
     except Invalid:  # a cluster id that is not one (a malformed row): the row's checks say so
+        return None
+    try:
+        return ctx.access.aks().get_cluster(cluster_id)
+    except NotFound:
         return None
 
 
@@ -1215,9 +1224,70 @@ def advance(record: Record, ctx: Context) -> Record:
     step = _STEPS.get(record.state)
     if step is None:
         raise Invalid(f"migration {record.id} is in an unknown state {record.state!r}")
+    # One view of the pools per step: the pools _refusal verifies are the ones the step reads and whose
+    # eTags its writes send as If-Match, so a pool changed after the check is never written (412).
+    ctx = dataclasses.replace(ctx, access=StepReads(ctx.access))
     refusal = _refusal(ctx, record, cluster)
     if refusal:  # nothing is created, cordoned, drained, scaled or deleted for a row ARM contradicts
         reason = f"stopped before any write: {refusal}"
         return _finish(ctx, record, "blocked", now=now, note=reason, event="Blocked", reason=reason)
     return step(ctx, record, now, policy)
+
+
+def _read_again(aks: Any, cluster_id: str, pool: str) -> PoolInfo | None:
+    """The pool as ARM shows it now, past the step's view (:class:`StepReads`)."""
+    forget = getattr(aks, "forget", None)
+    if forget is not None:
+        forget(cluster_id, pool)
+    return aks.get_pool(cluster_id, pool)  # type: ignore[no-any-return]
+
+
+class StepReads:
+    """ClusterAccess for one step: each agent pool is read from ARM once, and read again only after the
+    step itself wrote it. Everything else passes through to the access it wraps."""
+
+    def __init__(self, access: Any) -> None:
+        self._access = access
+        self._aks: _OnceAks | None = None
+
+    def aks(self) -> Any:
+        if self._aks is None:
+            self._aks = _OnceAks(self._access.aks())
+        return self._aks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._access, name)
+
+
+class _OnceAks:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._pools: dict[tuple[str, str], PoolInfo | None] = {}
+
+    def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None:
+        key = (cluster_id.lower(), pool)
+        if key not in self._pools:
+            self._pools[key] = self._inner.get_pool(cluster_id, pool)
+        return self._pools[key]
+
+    def forget(self, cluster_id: str, pool: str) -> None:
+        """The next read of ``pool`` goes to ARM (a write with no If-Match must see the pool as it is now)."""
+        self._pools.pop((cluster_id.lower(), pool), None)
+
+    _wrote = forget
+
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Any, **kwargs: Any) -> None:
+        self._wrote(cluster_id, pool)
+        self._inner.begin_put_pool(cluster_id, pool, body, **kwargs)
+
+    def begin_delete_pool(self, cluster_id: str, pool: str, **kwargs: Any) -> None:
+        self._wrote(cluster_id, pool)
+        self._inner.begin_delete_pool(cluster_id, pool, **kwargs)
+
+    def begin_delete_machines(self, cluster_id: str, pool: str, machines: Any) -> None:
+        self._wrote(cluster_id, pool)
+        self._inner.begin_delete_machines(cluster_id, pool, machines)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 

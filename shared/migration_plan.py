@@ -52,6 +52,7 @@ from shared.pool_clone import (
     MANAGED_GPU_PROFILE,
     TAG_AUTOSCALER,
     TAG_MIGRATED_FROM,
+    candidate_name,
     clone_for_managed,
     replacement_count,
     replacement_name,
@@ -195,10 +196,7 @@ def is_replacement_name(old_name: str, name: str) -> bool:
     match = re.search(r"m([1-9][0-9]*)$", name)
     if match is None or len(match.group(1)) > 3:
         return False
-    taken: list[str] = []
-    for _ in range(int(match.group(1)) - 1):  # the names the clone would have chosen before this one
-        taken.append(replacement_name(old_name, taken))
-    return replacement_name(old_name, taken) == name
+    return name == candidate_name(old_name, int(match.group(1))) and name != old_name.lower()
 
 
 def record_problems(record: Record) -> str:

@@ -47,8 +47,9 @@ NO_SUCH_POOL = "NoSuchPool"  # the pool the node claims does not exist in ARM
 NOT_USER_POOL = "NotUserPool"  # a System pool (never remediated: it runs the cluster's own add-ons)
 NOT_GPU_POOL = "NotGpuPool"  # the pool's ARM vmSize is not an NVIDIA GPU size
 NOT_NAP_CLUSTER = "NotNapCluster"  # a node claims to be Karpenter's on a cluster without NAP
+NODE_RECREATED = "NodeRecreated"  # the Node object is not the one admitted (new uid): our cordon is gone
 REFUSAL_CODES = frozenset({PROVIDER_ID_MISMATCH, NOT_A_MACHINE, FOREIGN_VM, NO_SUCH_POOL, NOT_USER_POOL, NOT_GPU_POOL,
-                           NOT_NAP_CLUSTER})
+                           NOT_NAP_CLUSTER, NODE_RECREATED})
 
 _VM_ID = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"

@@ -190,17 +190,20 @@ def replacement_name(old_name: str, existing_names: Collection[str]) -> str:
     The old name cut to fit, ``m`` and the smallest number that is free: ``gpu`` -> ``gpum1``,
     ``verylongname1`` -> ``verylongnam1``... (``^[a-z][a-z0-9]{0,11}$``, Linux limit 12).
     """
+    taken = {n.lower() for n in existing_names} | {old_name.lower()}
+    number = 1
+    while (candidate := candidate_name(old_name, number)) in taken:
+        number += 1
+    return candidate
+
+
+def candidate_name(old_name: str, number: int) -> str:
+    """The replacement name with ``number`` (:func:`replacement_name` takes the first one that is free)."""
     base = re.sub(r"[^a-z0-9]", "", old_name.lower()) or "gpu"
     if not base[0].isalpha():
         base = "p" + base
-    taken = {n.lower() for n in existing_names} | {old_name.lower()}
-    number = 1
-    while True:
-        suffix = f"m{number}"
-        candidate = base[: 12 - len(suffix)] + suffix
-        if candidate not in taken:
-            return candidate
-        number += 1
+    suffix = f"m{number}"
+    return base[: 12 - len(suffix)] + suffix
 
 
 def _copy(value: Any) -> Any:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from shared import gpu_sizes, nap, pool_clone, pool_spec, scope, teams
-from shared.aks import error_of_detail
+from shared.aks import error_of_detail, pool_etag
 from shared.errors import (
     Conflict,
     FeatureNotRegistered,
@@ -385,7 +385,8 @@ def advance(record: Record, ctx: Context) -> Record:
         return record
     failing = record.data.get("failing")
     if isinstance(failing, Mapping):  # decided to fail; the pool's cleanup had to wait for a running operation
-        return _fail_created(record, req, ctx, now, code=str(failing.get("code")), message=str(failing.get("message")))
+        return _fail_created(record, req, ctx, now, code=str(failing.get("code")), message=str(failing.get("message")),
+                             **dict(failing.get("data") or {}))
     return _STEPS[record.state](record, req, ctx, now)
 
 
@@ -542,7 +543,7 @@ def provisioning_error(pool: PoolInfo) -> tuple[str, str]:
                       props.get("error")):
         if isinstance(candidate, Mapping) and candidate.get("code"):
             specific = error_of_detail(candidate)
-            return str(specific.code or candidate["code"]), str(candidate.get("message") or "")
+            return str(getattr(specific, "code", None) or candidate["code"]), str(candidate.get("message") or "")
     return "ProvisioningFailed", f"pool {pool.name} provisioningState is {pool.provisioning_state}"
 
 
@@ -879,7 +880,8 @@ def _cleanup_created_pool(record: Record, req: PoolRequest, ctx: Context) -> dic
     nap_pool = bool(record.data.get("nap"))
     if nap_pool:
         kube = ctx.access.kube(req.cluster)
-        ours = [(api, kind) for api, kind in ((nap.NODEPOOL_API, "NodePool"), (nap.NODECLASS_API, "AKSNodeClass"))
+        ours = [(api, kind, str((obj.get("metadata") or {}).get("uid") or ""))
+                for api, kind in ((nap.NODEPOOL_API, "NodePool"), (nap.NODECLASS_API, "AKSNodeClass"))
                 if (obj := kube.get_object(api, kind, req.pool_name)) is not None and nap.made_by(dict(obj), req.request_id)]
         if not ours:
             return {"action": "none", "note": "no Karpenter object of this request is left"}
@@ -906,20 +908,19 @@ def _cleanup_created_pool(record: Record, req: PoolRequest, ctx: Context) -> dic
     if nap_pool:
         # Karpenter removes a NodePool's nodes with it; "scale to zero" has no Karpenter equivalent.
         kube = ctx.access.kube(req.cluster)
-        for api, kind in ours:
+        for api, kind, uid in ours:  # the uid read above as a precondition: an object that took the name since stays
             with contextlib.suppress(NotFound):
-                kube.delete_object(api, kind, req.pool_name)
+                kube.delete_object(api, kind, req.pool_name, uid=uid or None)
         return {"action": "deleted", "note": f"NodePool/AKSNodeClass {req.pool_name} deleted (node auto-provisioning)"}
     aks = ctx.access.aks()
     # If-Match: only the version of the pool read and verified above (412 -> Conflict: tried again later).
-    etag = pool.properties.get("eTag")
-    if_match: dict[str, Any] = {"etag": str(etag)} if etag else {}
+    etag = pool_etag(pool)
     if policy.failed_pool_action == "scaleToZero":
         body = pool_clone.update_properties(pool, count=0, enableAutoScaling=False, minCount=None, maxCount=None)
-        aks.begin_put_pool(req.cluster, req.pool_name, {"properties": body}, **if_match)
+        aks.begin_put_pool(req.cluster, req.pool_name, {"properties": body}, etag=etag)
         return {"action": "scaledToZero", "note": f"pool {req.pool_name} scaled to 0 nodes "
                                                   "(POOL_REQUEST_FAILED_POOL_ACTION=scaleToZero); delete it when done"}
-    aks.begin_delete_pool(req.cluster, req.pool_name, **if_match)
+    aks.begin_delete_pool(req.cluster, req.pool_name, etag=etag)
     return {"action": "deleted", "note": f"pool {req.pool_name} deleted (POOL_REQUEST_FAILED_POOL_ACTION=delete)"}
 
 
@@ -934,7 +935,7 @@ def _fail_created(record: Record, req: PoolRequest, ctx: Context, now: float, *,
     except Conflict as error:
         if now - since < FAILING_WAIT_MAX_S:
             return _later(record, now=now, delay=_policy(ctx).poll_interval_s,
-                          failing={"code": code, "message": message, "since": since},
+                          failing={"code": code, "message": message, "since": since, "data": data},
                           waiting=f"failing ({code}); waiting for the pool to accept its cleanup: {error}")
         cleanup = {"action": "failed", "note": f"the pool stayed busy for {FAILING_WAIT_MAX_S:.0f}s: {error}; "
                                                "it may be billing, remove it yourself"}

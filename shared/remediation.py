@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from shared import breaker, budget, drain, health, node_fate, node_truth
+from shared.aks import pool_etag
 from shared.compute import VmActionDenied, VmActionImpossible
 from shared.errors import (
     AllocationFailed,
@@ -218,13 +219,10 @@ def _refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
         return f"refused ({code}, already reported): {reason}"
     _publish(ctx, {**info, "id": ""}, REFUSED_EV, reason, key=f"{info['fault']}|{code}",
              extra={"reason_code": code, "reason": reason})
-    if warn is not None:
+    if warn is not None:  # best effort: the port's create_event never raises
         kube, node = warn
-        try:
-            kube.create_event(node=node, reason=f"StewardRefused{code}", message=f"remediation refused: {reason}",
-                              type_="Warning", action=REFUSED, correlation_id=str(info["fault"])[:24])
-        except StewardError as exc:
-            log.info("refusal event on %s not written: %s", node.name, exc)
+        kube.create_event(node=node, reason=f"StewardRefused{code}", message=f"remediation refused: {reason}",
+                          type_="Warning", action=REFUSED, correlation_id=str(info["fault"])[:24])
     log.warning("remediation refused for %s/%s: %s", info.get("cluster"), info.get("node"), reason)
     return f"refused ({code}): {reason}"
 
@@ -286,6 +284,10 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
     if finding.since > since + 1.0:
         return f"ignored: stale event ({condition} flapped since: now True since {iso(finding.since)})"
     info["fault"] = fault_id(cluster_id, node_name, condition, finding.since)
+    # The free checks first: a backlog replayed after a breaker reset costs no ARM read per event.
+    if breaker.is_stale(observed_at, fleet_breaker):
+        return _refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
+                                           f"{iso(fleet_breaker.reset_at)}: dropped with the backlog")
     leaving = node_fate.going_away(node)
     if leaving:
         return _refuse(ctx, info, GOING_AWAY, f"{node_name} is being taken away by the platform: {leaving}",
@@ -296,9 +298,6 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
     if not verdict.ok:
         return _refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
     info["vm_id"] = verdict.vm_id
-    if breaker.is_stale(observed_at, fleet_breaker):
-        return _refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
-                                           f"{iso(fleet_breaker.reset_at)}: dropped with the backlog")
     paused = _paused_reason(ctx, cluster.tags, node, policy)
     return _admit(ctx, kube=kube, node=node, finding=finding, info=info, paused=paused,
                   breaker_open=fleet_breaker.is_open, policy=policy)
@@ -737,6 +736,24 @@ def _vm_id(ctx: Context, node: NodeView | None, d: Mapping[str, Any]) -> node_tr
                               provider_id=provider_id, nap=False)
 
 
+def _admitted_vm(ctx: Context, node: NodeView | None, d: Mapping[str, Any], *, action: str) -> node_truth.Verdict:
+    """:func:`_vm_id`, refused unless the node is still the one admitted: the same Node object (uid) when
+    it is registered, and ARM's VM for it the VM admitted (``arm_vm_id``). A Node re-registered since
+    lost our cordon, so pods may have landed on it that never went through the Eviction API: restarting,
+    reimaging or deleting its VM would kill them. Right before any VM action (and deleteMachines)."""
+    if node is not None and d.get("node_uid") and node.uid != d["node_uid"]:
+        return node_truth.Verdict.refuse(node_truth.NODE_RECREATED, (
+            f"{d['node']} is now Node uid {node.uid}, not the Node {d['node_uid']} admitted and cordoned: it "
+            f"re-registered (our cordon is gone, its pods were not drained): not {action}"))
+    verdict = _vm_id(ctx, node, d)
+    admitted = str(d.get("arm_vm_id") or "")
+    if verdict.ok and admitted and verdict.vm_id.lower() != admitted.lower():
+        return node_truth.Verdict.refuse(node_truth.NOT_A_MACHINE, (
+            f"ARM's machine {d['node']} of pool {d['pool']} is now VM {verdict.vm_id}, not the VM "
+            f"{admitted} admitted: not {action}"))
+    return verdict
+
+
 def _refuse_untrusted(record: Record, ctx: Context, kube: KubePort, *, now: float,
                       verdict: node_truth.Verdict) -> Record:
     """End a remediation whose node ARM contradicts: Refused (with the code), a Warning on the node, no
@@ -866,16 +883,15 @@ def _step_repairing(record: Record, ctx: Context, *, kube: KubePort, policy: Rem
         return _step_replace(record, ctx, kube=kube, policy=policy, now=now)
     phase = d.get("rung_phase", "start")
     node = kube.get_node(d["node"])
+    if phase == REQUESTED and d.get("vm_id"):
+        # Judged from the node and the VM recorded with the request; ARM is read again only if the
+        # request is issued once more (in _issue_vm_action, right before the call).
+        return _check_requested(record, ctx, kube, node=node, vm=str(d["vm_id"]), rung=rung,
+                                seq=int(d.get("op_seq") or 1), requested_at=float(d.get("requested_at") or now),
+                                boot_before=str(d.get("boot_id_before") or ""), policy=policy, now=now)
     if phase in ("start", REQUESTED):
-        verdict = _vm_id(ctx, node, d)
-        if not verdict.ok:
-            return _refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
-        vm = verdict.vm_id
-        if phase == REQUESTED:
-            return _check_requested(record, ctx, kube, node=node, vm=vm, rung=rung, seq=int(d.get("op_seq") or 1),
-                                    requested_at=float(d.get("requested_at") or now),
-                                    boot_before=str(d.get("boot_id_before") or ""), policy=policy, now=now)
-        return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=1, policy=policy, now=now)
+        return _issue_vm_action(record, ctx, kube, node=node, rung=rung, seq=int(d.get("op_seq") or 1)
+                                if phase == REQUESTED else 1, policy=policy, now=now)
     started = float(d.get("rung_started_at") or now)
     if node is not None:
         # Same VM, same name: a reimage may re-register the Node object (new uid), which counts as rebooted.
@@ -956,10 +972,15 @@ def _forget_marker(ctx: Context, marker: Record) -> None:
         log.info("operation marker %s not dropped: %s", marker.id, exc)
 
 
-def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, vm: str, rung: str,
+def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, rung: str,
                      seq: int, policy: RemediationPolicy, now: float) -> Record:
-    """Insert the operation marker, then call begin_restart / begin_reimage (see the comment above)."""
+    """Read the VM from ARM (refused unless the node and its VM are still the ones admitted), insert the
+    operation marker, then call begin_restart / begin_reimage (see the comment above)."""
     d = record.data
+    verdict = _admitted_vm(ctx, node, d, action="restarted" if rung == "restart" else "reimaged")
+    if not verdict.ok:
+        return _refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
+    vm = verdict.vm_id
     key = _op_key(record, rung, seq)
     boot = node.boot_id if node is not None else ""
     try:
@@ -976,11 +997,24 @@ def _issue_vm_action(record: Record, ctx: Context, kube: KubePort, *, node: Node
     try:
         # cluster_id: the gate then requires the VM in this cluster's own node resource group
         (compute.begin_restart if rung == "restart" else compute.begin_reimage)(vm, cluster_id=str(d["cluster"]))
-    except (VmActionDenied, VmActionImpossible) as exc:
+    except VmActionDenied as exc:
         _forget_marker(ctx, marker)  # Azure answered without acting
-        kind = "denied" if isinstance(exc, VmActionDenied) else "impossible"
-        return _escalate_to_replace(record, ctx, kube, now=now, code=str(exc.code or kind),
-                                    why=f"Azure {'denied' if kind == 'denied' else 'cannot do'} the {rung}: {exc}")
+        return _escalate_to_replace(record, ctx, kube, now=now, code=str(exc.code or "denied"),
+                                    why=f"Azure denied the {rung}: {exc}")
+    except VmActionImpossible as exc:
+        _forget_marker(ctx, marker)  # Azure answered without acting
+        # 409 OperationNotAllowed says only "not in the VM's current state". Escalate on the node's own
+        # evidence that its VM cannot act (stopped or deallocated, e.g. an evicted spot VM: the cloud node
+        # lifecycle controller's shutdown taint; or no Node at all); otherwise the VM is busy with
+        # something else: wait, bounded by the rung's timeout (_step_repairing).
+        now_node = kube.get_node(d["node"])
+        if now_node is None or node_fate.is_shut_down(now_node):
+            state = "is not registered" if now_node is None else "is shut down (its VM is stopped or deallocated)"
+            return _escalate_to_replace(record, ctx, kube, now=now, code=str(exc.code or "impossible"),
+                                        why=f"Azure cannot do the {rung} and the node {state}: {exc}")
+        return _stay(record, now=now, next_at=now + policy.poll_s,
+                     note=f"waiting to {rung}: Azure cannot do it in the VM's current state ({exc}); the node "
+                          f"shows no shutdown, so it is taken as busy")
     except OperationInProgress as exc:
         _forget_marker(ctx, marker)  # Azure answered without acting: another operation runs
         return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to {rung}: {exc}")
@@ -1024,14 +1058,7 @@ def _check_requested(record: Record, ctx: Context, kube: KubePort, *, node: Node
             return _stay(record, now=now, next_at=next_at, note=note, **fields)
         return _move(record, REPAIRING, now=now, next_at=next_at, note=note, rung_phase=REQUESTED, **fields)
     log.warning("%s of %s requested at %s never took effect (%s): issuing it again", rung, vm, iso(requested_at), why)
-    return _issue_vm_action(record, ctx, kube, node=node, vm=vm, rung=rung, seq=seq + 1, policy=policy, now=now)
-
-
-def _if_match(pool: PoolInfo) -> dict[str, Any]:
-    """``etag=`` for a pool write built from ``pool``: sent as If-Match, so a count is never written over a
-    pool that changed since it was read (another scale, an operator's edit)."""
-    etag = pool.properties.get("eTag")
-    return {"etag": str(etag)} if etag else {}
+    return _issue_vm_action(record, ctx, kube, node=node, rung=rung, seq=seq + 1, policy=policy, now=now)
 
 
 def _pool_body(pool: PoolInfo, count: int) -> dict[str, Any]:
@@ -1152,12 +1179,20 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     original count back, and the pool is one node short until the new VM is allocated.
     """
     d = record.data
-    if d.get("nap"):
-        return _step_replace_nodeclaim(record, ctx, kube=kube, policy=policy, now=now)
-    aks = ctx.access.aks()
     rep: dict[str, Any] = dict(d.get("replace") or {})
     phase = d.get("rung_phase", "start")
     started = float(d.get("rung_started_at") or now)
+    if d.get("nap"):
+        # The rung's timeout runs from the NodeClaim's delete (rung_started_at): a node Karpenter never
+        # terminates must not hold the ladder forever. ``await_replacement`` (the node is gone) ends on
+        # its own once the settle time has passed.
+        if phase not in ("start", "await_replacement") and now >= started + policy.rung_timeout("replace"):
+            return _next_rung(record, ctx, kube, now=now,
+                              why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase "
+                                  f"{phase}; NodeClaim {rep.get('nodeclaim') or '?'} deleted, {d['node']} not "
+                                  f"terminated)")
+        return _step_replace_nodeclaim(record, ctx, kube=kube, policy=policy, now=now)
+    aks = ctx.access.aks()
     pool = aks.get_pool(d["cluster"], d["pool"])
     if pool is None:
         return _next_rung(record, ctx, kube, now=now, why=f"pool {d['pool']} not found")
@@ -1192,8 +1227,10 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
     if phase == "surge":
         if pool.count < int(rep["target_count"]):
             try:
+                # If-Match the pool as read: 412 (it changed since: another scale, an operator's edit)
+                # -> Conflict: look again
                 aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["target_count"])),
-                                   **_if_match(pool))  # 412 (the pool changed since read) -> Conflict: look again
+                                   etag=pool_etag(pool))
             except OperationInProgress as exc:
                 return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting: {exc}")
             except Invalid as exc:
@@ -1221,12 +1258,7 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
             # Microsoft.ContainerService/aks/stable/2025-10-01/managedClusters.json): so ARM is read again
             # right before it. The machine must still be this node (uid checked above) in
             # the User GPU pool admitted, and its VM the one admitted (``arm_vm_id``, shared.node_truth).
-            verdict = _vm_id(ctx, node, d)
-            admitted = str(d.get("arm_vm_id") or "")
-            if verdict.ok and admitted and verdict.vm_id.lower() != admitted.lower():
-                verdict = node_truth.Verdict.refuse(node_truth.NOT_A_MACHINE, (
-                    f"ARM's machine {d['node']} of pool {d['pool']} is now VM {verdict.vm_id}, not the VM "
-                    f"{admitted} admitted: not deleted"))
+            verdict = _admitted_vm(ctx, node, d, action="deleted")
             if not verdict.ok:
                 return _refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
             # Not deleted yet as far as the node shows. The same operation marker as for restart/reimage
@@ -1291,8 +1323,8 @@ def _step_replace(record: Record, ctx: Context, *, kube: KubePort, policy: Remed
         if pool.count < int(rep["original_count"]):
             try:
                 aks.begin_put_pool(d["cluster"], d["pool"], _pool_body(pool, int(rep["original_count"])),
-                                   **_if_match(pool))
-            except Invalid as exc:
+                                   etag=pool_etag(pool))
+            except (Invalid, OperationInProgress) as exc:
                 # Busy, or no quota/capacity right now: keep trying until the rung's timeout.
                 return _stay(record, now=now, next_at=now + policy.poll_s, note=f"waiting to restore the count: {exc}")
         return go("await_replacement", f"pool {d['pool']} scaling back to {rep['original_count']}", wait=True)

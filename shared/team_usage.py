@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("steward.teams")
 
-POOL_REQUEST_KIND = "pool-request"  # shared.pool_creation.KIND
-ACTIVE_STATES = ("accepted", "creating", "validating", "testing")  # shared.pool_creation.ACTIVE_STATES
 
 
 def gpus_in_use(ctx: Context, team: teams.Team, *, exclude_request_id: str = "") -> int:
@@ -37,5 +35,7 @@ def gpus_in_use(ctx: Context, team: teams.Team, *, exclude_request_id: str = "")
             pools.extend(dict(p.properties) for p in aks.list_pools(cluster_id))
         except (NotFound, Forbidden) as error:  # gone, or not the steward's to see: it holds nothing of ours
             log.info("team %s: not counting pools of %s (%s)", team.name, cluster_id, type(error).__name__)
-    active = [r.data for r in ctx.ledger.list(POOL_REQUEST_KIND, states=ACTIVE_STATES) if r.state in ACTIVE_STATES]
+    from shared.pool_creation import ACTIVE_STATES, KIND
+
+    active = [r.data for r in ctx.ledger.list(KIND, states=ACTIVE_STATES)]
     return teams.gpus_in_use(team.name, pools=pools, active_requests=active, exclude_request_id=exclude_request_id)

@@ -109,11 +109,14 @@ class ArmError(Exception):
         return Response.json(self.status, {"error": err}, self.headers)
 
 
-def _bare_etag(tag: str) -> str:
-    """An entity tag without weakness prefix and quotes (``W/"x"`` / ``"x"`` / ``x`` -> ``x``)."""
+def _bare_etag(tag: str) -> str | None:
+    """An entity tag without its quotes (``"x"`` / ``x`` -> ``x``), for If-Match's strong comparison: a weak
+    tag (``W/"x"``) is None, because under strong comparison it never matches, not even its own opaque value
+    (RFC 9110 §13.1.1 If-Match: "An origin server MUST use the strong comparison function when comparing
+    entity tags for If-Match"; §8.8.3.2: two tags are strongly equal only if neither is weak)."""
     tag = tag.strip()
     if tag.startswith("W/"):
-        tag = tag[2:]
+        return None
     return tag.strip('"')
 
 
@@ -710,8 +713,8 @@ class ArmApi:
         the AKS answer quoted in Azure/azure-cli#30309; spec parameter ``ifMatch`` of
         AgentPools_CreateOrUpdate / AgentPools_Delete in azure-rest-api-specs
         specification/containerservice/.../aks/stable/*/managedClusters.json). ETags compare as
-        opaque strings without their quotes (RFC 9110 §13.1.1 strong comparison; the SDK's
-        ``quote_etag`` adds quotes to a bare value); a list of tags matches if any does.
+        opaque strings without their quotes (RFC 9110 §13.1.1 strong comparison, so a weak ``W/"..."`` tag
+        never matches; the SDK's ``quote_etag`` adds quotes to a bare value); a list of tags matches if any does.
         """
         if_match = (request.headers.get("if-match") or "").strip()
         if_none = (request.headers.get("if-none-match") or "").strip()
@@ -725,8 +728,9 @@ class ArmApi:
                                                       "request to create, please do not provide ETag.")
         if if_match == "*":
             return
-        wanted = {_bare_etag(t) for t in if_match.split(",") if t.strip()}
-        if _bare_etag(str(current or "")) not in wanted:
+        wanted = {_bare_etag(t) for t in if_match.split(",") if t.strip()} - {None}
+        have = _bare_etag(str(current or ""))
+        if have is None or have not in wanted:
             raise ArmError(412, "PreconditionFailed",
                            f"The eTag {if_match} does not match the current eTag {current} of the agent pool "
                            f"'{pool.name}'.")

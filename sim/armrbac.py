@@ -14,9 +14,10 @@ the linked-resources role's ``linkedActions``) in ``infra/app/steward-role.bicep
 revoked (``fleet.revoked_arm_actions``), assigned as ``infra/main.bicep`` assigns it: on each
 cluster (app/cluster-access.bicep) and on its node resource group (app/resource-group-access.bicep).
 The simulated fleet's clusters are all "access clusters" unless ``fleet.arm_access_clusters`` (a set
-of cluster ids) narrows them. The linked-resources role is assigned on the resource groups the
-operator lists (``linkedResourceGroupIds``); the simulator, which has no such list, treats it as held
-wherever a linked resource lives.
+of cluster ids) narrows them. The linked-resources role is assigned only on the resource groups the
+operator lists (main.bicep ``linkedResourceGroupIds``, default ``[]``): ``fleet.arm_linked_resource_groups``
+(resource group ids, empty by default, scenario key ``arm_linked_resource_groups``), so by default a pool
+naming a subnet, a public IP prefix or a proximity placement group is refused with LinkedAuthorizationFailed.
 
 Harness tokens (group ``system:masters``, sim/tokens.py) act as the subscriptions' owner. Any other
 principal holds nothing.
@@ -140,9 +141,15 @@ def app_may(fleet: Any, action: str, scope: str) -> bool:
     steward, linked = project_roles()
     if _revoked(fleet, action):
         return False
-    if linked.allows(action):
-        return True  # assigned on the linked resources' groups (not modelled: see the module docstring)
+    if linked.allows(action) and any(_within(scope, g) for g in linked_scopes(fleet)):
+        return True  # the linked-resources role, on the groups main.bicep's linkedResourceGroupIds names
     return steward.allows(action) and any(_within(scope, a) for a in assignment_scopes(fleet))
+
+
+def linked_scopes(fleet: Any) -> list[str]:
+    """Where the linked-resources role is assigned: the resource groups of ``fleet.arm_linked_resource_groups``
+    (infra/main.bicep ``linkedResourceGroupIds``, ``[]`` by default: assigned nowhere)."""
+    return [str(g) for g in sorted(getattr(fleet, "arm_linked_resource_groups", None) or ())]
 
 
 def authorization_failed(*, client_id: str, object_id: str, action: str, scope: str) -> tuple[int, str, str]:

@@ -11,13 +11,26 @@ import json
 from typing import Any
 
 from sim.http import Request, Response
-from sim.model import Fleet
+from sim.model import Cluster, Fleet
 from sim.scenario import ScenarioError, add_workload, flip_now
 from sim.tokens import KNOWN_AUDIENCES
 
 
 def _err(status: int, message: str) -> Response:
     return Response.json(status, {"error": {"code": "BadRequest" if status == 400 else "Error", "message": message}})
+
+
+class _NotFound(Exception):
+    """Answered as a 404 with the message (ControlApi.handle)."""
+
+
+def _cluster(fleet: Fleet, body: dict[str, Any]) -> Cluster:
+    """The cluster a request body's ``cluster`` names: by name, or by its (lower-case) id; 404 when none."""
+    name = str(body["cluster"])
+    cluster = fleet.cluster_by_name(name) or fleet.clusters.get(name.lower())
+    if cluster is None:
+        raise _NotFound(f"no cluster {body['cluster']!r}")
+    return cluster
 
 
 class ControlApi:
@@ -42,6 +55,8 @@ class ControlApi:
             with self.fleet.lock:
                 self.fleet.pump()
                 return self._dispatch(key, request, body)
+        except _NotFound as e:
+            return _err(404, str(e))
         except ScenarioError as e:
             return _err(400, str(e))
         except (ValueError, TypeError, KeyError) as e:
@@ -54,7 +69,8 @@ class ControlApi:
             return Response.json(200, {"endpoints": ["/_sim/oracles", "/_sim/state", "/_sim/clock", "/_sim/conditions",
                                                      "/_sim/faults", "/_sim/quota", "/_sim/capacity",
                                                      "/_sim/workloads", "/_sim/advance", "/_sim/token",
-                                                     "/_sim/lock", "/_sim/spot-evict"]})
+                                                     "/_sim/lock", "/_sim/spot-evict", "/_sim/rbac",
+                                                     "/_sim/kubelet"]})
         if key == ("GET", "/oracles"):
             report = fleet.oracles.report()
             faults = getattr(fleet, "faults", None)
@@ -114,9 +130,7 @@ class ControlApi:
         if key == ("POST", "/workloads"):
             if not isinstance(body, dict) or "cluster" not in body or "workload" not in body:
                 return _err(400, "body must be {cluster, workload}")
-            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
-            if cluster is None:
-                return _err(404, f"no cluster {body['cluster']!r}")
+            cluster = _cluster(fleet, body)
             created = add_workload(cluster, body["workload"], "workload")
             fleet.settle()
             return Response.json(201, {"created": created})
@@ -124,9 +138,7 @@ class ControlApi:
             # Azure takes a spot VM back (sim.model.Cluster.spot_evict): a Preempt notice, then the VM goes.
             if not isinstance(body, dict) or "cluster" not in body or "node" not in body:
                 return _err(400, "body must be {cluster, node[, notice_s]}")
-            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
-            if cluster is None:
-                return _err(404, f"no cluster {body['cluster']!r}")
+            cluster = _cluster(fleet, body)
             if str(body["node"]) not in cluster.nodes:
                 return _err(404, f"no node {body['node']!r} in cluster {cluster.name}")
             notice = float(body.get("notice_s", 30.0))
@@ -152,9 +164,7 @@ class ControlApi:
             if not isinstance(body, dict) or "cluster" not in body or "node" not in body \
                     or not isinstance(body.get("ready"), bool):
                 return _err(400, "body must be {cluster, node, ready: true|false}")
-            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
-            if cluster is None:
-                return _err(404, f"no cluster {body['cluster']!r}")
+            cluster = _cluster(fleet, body)
             node_obj = cluster.nodes.get(str(body["node"]))
             if node_obj is None:
                 return _err(404, f"no node {body['node']!r} in {cluster.name}")
@@ -165,9 +175,7 @@ class ControlApi:
             # Node resource group lockdown on or off (restrictionLevel ReadOnly / Unrestricted).
             if not isinstance(body, dict) or "cluster" not in body or not isinstance(body.get("locked"), bool):
                 return _err(400, "body must be {cluster, locked: true|false}")
-            cluster = fleet.cluster_by_name(str(body["cluster"])) or fleet.clusters.get(str(body["cluster"]).lower())
-            if cluster is None:
-                return _err(404, f"no cluster {body['cluster']!r}")
+            cluster = _cluster(fleet, body)
             cluster.node_rg_locked = bool(body["locked"])
             return Response.json(200, {"cluster": cluster.name, "node_resource_group": cluster.node_resource_group,
                                        "locked": cluster.node_rg_locked})

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from sim import rbac
+from sim import psa, rbac
 from sim.http import Request, Response
 from sim.model import (
     Cluster,
@@ -580,6 +580,11 @@ class KubeApi:
         if dry:
             # admission runs on dry runs too: a create in a terminating namespace is refused
             c.admit_create(key, ns or "", str((body.get("metadata") or {}).get("name") or ""))
+            if key == "pods":
+                # ...and so does Pod Security admission: a dry run answers the 403 the real create would
+                # (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go runs the admission chain whatever
+                # dryRun says; staging/src/k8s.io/pod-security-admission/admission/admission.go has no dry-run case)
+                psa.admit_pod(c, body, ns or "default")
             return Response.json(201, self._preview_create(c, key, body))
         if key == "pods":
             kobj: KObj = c.create_pod(body)
@@ -897,6 +902,8 @@ class KubeApi:
         if not isinstance(opts, dict):
             raise ApiError(400, "BadRequest", "deleteOptions must be an object")
         _dry_run(req, "CreateOptions")  # the query's CreateOptions are validated first (422 for a bad value)
+        if opts.get("dryRun") is not None and not isinstance(opts.get("dryRun"), list):
+            raise ApiError(400, "BadRequest", "couldn't decode DeleteOptions: dryRun must be a list of strings")
         query_dry = [v for v in req.query.get("dryRun") or [] if v]
         body_dry = [str(v) for v in opts.get("dryRun") or []]
         if query_dry and body_dry and query_dry != body_dry:  # propagateDryRun: a plain error, so a 500
@@ -904,7 +911,9 @@ class KubeApi:
                                        "message": f"Non-matching dry-run options in request and content: "
                                                   f"[{' '.join(query_dry)}] and [{' '.join(body_dry)}]",
                                        "code": 500})
-        dry = "All" in (query_dry or body_dry)
+        # dryrun.IsDryRun is len(dryRun) > 0: a bad value in deleteOptions makes the budget check and the
+        # DisruptionTarget update dry runs too, and the delete then refuses it (below, in delete())
+        dry = bool(query_dry or body_dry)
         pod = c.pods.get((ns, name))
         if pod is None:
             raise _not_found("pods", name)
@@ -916,6 +925,10 @@ class KubeApi:
                                  "code": 201})
 
         def delete() -> None:
+            # the store's Delete validates the (propagated) deleteOptions first: a dryRun other than "All" is a
+            # 422 and nothing changes (staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go BeforeDelete ->
+            # staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go ValidateDeleteOptions)
+            _dry_run(req, "DeleteOptions", opts)
             # the delete checks the caller's preconditions (after the budget checks, as on the server)
             for field_name, have in (("uid", pod.meta.get("uid")),
                                      ("resourceVersion", pod.meta.get("resourceVersion"))):
@@ -1131,14 +1144,15 @@ _FIELD_OK = {
     "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "spec.restartPolicy",
              "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.podIP", "status.podIPs",
              "status.nominatedNodeName"},
-    "nodes": {"metadata.name", "metadata.namespace", "spec.unschedulable"},
+    # Node's conversion func accepts exactly these two; even metadata.namespace is "field label not supported"
+    "nodes": {"metadata.name", "spec.unschedulable"},
     "namespaces": {"metadata.name", "status.phase"},
     "events": {"metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
                "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
                "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
                "source", "type"},
 }
-_FIELD_NOT_SUPPORTED = {"pods", "namespaces", "events"}  # "field label not supported: X"; others: the default text
+_FIELD_NOT_SUPPORTED = {"pods", "nodes", "namespaces", "events"}  # "field label not supported: X"; others: the default text
 
 
 def _field_terms(text: str) -> list[str]:

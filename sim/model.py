@@ -732,6 +732,9 @@ class Fleet:
         # ARM actions taken away from the app's role (tests and the soak remove a grant to see the
         # path fail); sim.arm.granted_arm_actions subtracts them from the role the project declares.
         self.revoked_arm_actions: set[str] = set()
+        # Resource group ids the linked-resources role is assigned on (infra/main.bicep linkedResourceGroupIds,
+        # default []): the join/write actions on a linked subnet, IP prefix or PPG hold only inside them.
+        self.arm_linked_resource_groups: set[str] = set()
         self.scenario: dict[str, Any] = {}
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = 0
@@ -2123,7 +2126,9 @@ class Cluster:
             active = self._owned_active(rs)
             if len(active) < want:
                 for _ in range(want - len(active)):
-                    self.create_pod(self._template_pod(rs, "ReplicaSet", f"{rs.name}-{self.fleet.rand_suffix()}"))
+                    pod = self._template_pod(rs, "ReplicaSet", f"{rs.name}-{self.fleet.rand_suffix()}")
+                    if not psa.create_controller_pod(self, rs, "ReplicaSet", pod):  # refused: FailedCreate
+                        break
             elif len(active) > want:
                 for pod in sorted(active, key=lambda p: (bool(p.node_name), p.meta["creationTimestamp"], p.name),
                                   reverse=False)[: len(active) - want]:
@@ -2141,7 +2146,9 @@ class Cluster:
                     obj = self._template_pod(sts, "StatefulSet", name)
                     obj["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] = name
                     obj["spec"].setdefault("hostname", name)
-                    self.create_pod(obj)
+                    # OrderedReady: a refused ordinal stops the burst (stateful_set_control.go)
+                    if not psa.create_controller_pod(self, sts, "StatefulSet", obj):
+                        break
             for pod in self._owned_active(sts):
                 idx = pod.name.rsplit("-", 1)[-1]
                 if idx.isdigit() and int(idx) >= want:
@@ -2172,8 +2179,8 @@ class Cluster:
                 desired += 1
                 if not any(not p.terminating for p in by_node.get(name, [])):
                     obj = self._template_pod(ds, "DaemonSet", f"{ds.name}-{self.fleet.rand_suffix()}", node=name)
-                    self.create_pod(obj)
-                    plugin_changed = plugin_changed or "nvidia-device-plugin" in ds.name
+                    if psa.create_controller_pod(self, ds, "DaemonSet", obj):  # refused: FailedCreate
+                        plugin_changed = plugin_changed or "nvidia-device-plugin" in ds.name
             active = self._owned_active(ds)
             ready = sum(1 for p in active if _pod_ready(p))
             self._set_status(ds, {"desiredNumberScheduled": desired, "currentNumberScheduled": len(active),
@@ -2207,7 +2214,7 @@ class Cluster:
                 obj["metadata"]["labels"]["job-name"] = job.name
                 obj["metadata"]["labels"]["batch.kubernetes.io/job-name"] = job.name
                 obj["spec"].setdefault("restartPolicy", "Never")
-                if not psa.create_job_pod(self, job, obj, run_s=run_s):  # refused: FailedCreate, retried later
+                if not psa.create_controller_pod(self, job, "Job", obj, run_s=run_s):  # refused: FailedCreate, retried later
                     break
             status: dict[str, Any] = {"active": len(active), "succeeded": done, "ready": sum(1 for p in active if _pod_ready(p))}
             if done >= completions:

@@ -313,13 +313,24 @@ def admit_pod(cluster: Any, pod: Mapping[str, Any], namespace: str) -> None:
     check_pod(pod, _namespace_labels(cluster, namespace))
 
 
-def create_job_pod(cluster: Any, job: Any, pod: dict[str, Any], *, run_s: float | None) -> bool:
-    """The Job controller creating one pod: True when created. When admission refuses it, the controller
-    records a ``FailedCreate`` Warning event on the Job (``Error creating: <the API's message>``) and
-    tries again on its next sync; the Job keeps ``active: 0`` and never completes
-    (kubernetes/kubernetes pkg/controller/job/job_controller.go manageJob, pkg/controller/controller_utils.go
-    RealPodControl.createPods: ``FailedCreatePodReason``). Repeats update one event per Job (its ``count``,
-    ``lastTimestamp`` and message), as the real event recorder aggregates similar events."""
+# The event source of each workload controller (kubernetes/kubernetes cmd/kube-controller-manager/app/apps.go,
+# batch.go: the names the controllers' event recorders are created with).
+_CONTROLLER_COMPONENT = {"Job": "job-controller", "ReplicaSet": "replicaset-controller",
+                         "StatefulSet": "statefulset-controller", "DaemonSet": "daemonset-controller"}
+_OWNER_API_VERSION = {"Job": "batch/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1"}
+
+
+def create_controller_pod(cluster: Any, owner: Any, kind: str, pod: dict[str, Any], *,
+                          run_s: float | None = None) -> bool:
+    """A workload controller (Job, ReplicaSet, StatefulSet, DaemonSet) creating one pod: True when created.
+    When admission refuses it (403: Pod Security, a terminating namespace), the controller records a
+    ``FailedCreate`` Warning event on its object (``Error creating: <the API's message>``), creates no pod and
+    tries again on its next sync; the reconcile of everything else goes on
+    (kubernetes/kubernetes pkg/controller/controller_utils.go RealPodControl.createPods: ``FailedCreatePodReason``;
+    pkg/controller/replicaset/replica_set.go manageReplicas, pkg/controller/statefulset/stateful_set_control.go,
+    pkg/controller/daemon/daemon_controller.go syncNodes, pkg/controller/job/job_controller.go manageJob).
+    Repeats update one event per owner (its ``count``, ``lastTimestamp`` and message), as the real event
+    recorder aggregates similar events."""
     from sim.kube_api import ApiError
 
     try:
@@ -331,18 +342,24 @@ def create_job_pod(cluster: Any, job: Any, pod: dict[str, Any], *, run_s: float 
         message = f"Error creating: {refused.message}"
         now = _iso(cluster.fleet.now())
         events = cluster.__dict__.setdefault("_psa_failed_create", {})
-        event = events.get(job.meta["uid"])
-        if event is not None and cluster.get("events", job.namespace, event.name) is event:
+        event = events.get(owner.meta["uid"])
+        if event is not None and cluster.get("events", owner.namespace, event.name) is event:
             event.obj.update(count=int(event.obj.get("count", 1)) + 1, lastTimestamp=now, message=message)
             cluster._modified(event)
             return False
-        events[job.meta["uid"]] = cluster.put("events", {
-            "metadata": {"name": f"{job.name}.{job.meta['uid'][:8]}", "namespace": job.namespace},
-            "involvedObject": {"kind": "Job", "apiVersion": "batch/v1", "name": job.name,
-                               "namespace": job.namespace, "uid": job.meta["uid"]},
+        events[owner.meta["uid"]] = cluster.put("events", {
+            "metadata": {"name": f"{owner.name}.{owner.meta['uid'][:8]}", "namespace": owner.namespace},
+            "involvedObject": {"kind": kind, "apiVersion": _OWNER_API_VERSION.get(kind, "apps/v1"),
+                               "name": owner.name, "namespace": owner.namespace, "uid": owner.meta["uid"]},
             "reason": "FailedCreate", "message": message, "type": "Warning", "count": 1,
-            "source": {"component": "job-controller"}, "firstTimestamp": now, "lastTimestamp": now})
+            "source": {"component": _CONTROLLER_COMPONENT.get(kind, "kube-controller-manager")},
+            "firstTimestamp": now, "lastTimestamp": now})
         return False
+
+
+def create_job_pod(cluster: Any, job: Any, pod: dict[str, Any], *, run_s: float | None) -> bool:
+    """The Job controller creating one pod (``create_controller_pod`` for a Job)."""
+    return create_controller_pod(cluster, job, "Job", pod, run_s=run_s)
 
 
 def _iso(epoch: float) -> str:

@@ -42,7 +42,7 @@ class ScenarioError(ValueError):
 
 
 _TOP_KEYS = {"seed", "clock", "timings", "subscriptions", "capacity", "faults", "conditions", "flapping",
-             "description", "name"}
+             "description", "name", "arm_linked_resource_groups"}
 _SUB_KEYS = {"id", "quotas", "clusters", "name", "features"}  # features: read by sim.arm (Microsoft.Features)
 _CLUSTER_KEYS = {"name", "resource_group", "location", "tags", "node_provisioning_mode", "kubernetes_version",
                  "maintenance_configurations", "namespaces", "pools", "karpenter", "workloads",
@@ -122,6 +122,10 @@ def build_fleet(source: str | Path | dict[str, Any] | None = None, *, seed: int 
     except ValueError as e:  # a bad fault rule (sim.faults.FaultRuleError)
         raise ScenarioError(f"faults: {e}") from None
     fleet.scenario = sc
+    linked_groups = sc.get("arm_linked_resource_groups") or []
+    if not isinstance(linked_groups, list) or not all(isinstance(g, str) for g in linked_groups):
+        raise ScenarioError("arm_linked_resource_groups must be a list of resource group ids")
+    fleet.arm_linked_resource_groups = set(linked_groups)  # sim/armrbac.py linked_scopes
     t0 = clock.now()
     # Building 100k nodes makes millions of small dicts; the cyclic GC would rescan them again and
     # again. Pause it while building (``python -m sim serve`` then freezes what was built).

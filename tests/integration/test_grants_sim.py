@@ -43,6 +43,8 @@ PREFIX = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Networ
 PPG = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Compute/proximityPlacementGroups/gpu-ppg"
 SCENARIO: dict[str, Any] = {
     "seed": 11, "clock": {"manual": True},
+    # infra/main.bicep linkedResourceGroupIds: the linked-resources role is assigned on rg-net only
+    "arm_linked_resource_groups": [f"/subscriptions/{SUB}/resourceGroups/rg-net"],
     "subscriptions": [{"id": SUB, "clusters": [
         {"name": "plain", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
          "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},

@@ -60,6 +60,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
     state = tmp_path_factory.mktemp("sim-h4a")
     fleet = Fleet(seed=5, clock=SimClock(manual=True))
+    fleet.arm_linked_resource_groups = {f"/subscriptions/{SUB}/resourceGroups/rg-net"}  # linkedResourceGroupIds
     for name in ("windowed", "migrated", "vnet"):
         fleet.add_cluster(subscription=SUB, resource_group="rg-gpu", name=name, tags={"gpu-fleet-steward": "enabled"})
     cluster = fleet.cluster(SUB, "rg-gpu", "windowed")

@@ -84,3 +84,14 @@ def test_if_none_match_star_creates_a_new_pool_and_refuses_to_replace_an_existin
 def _writable(arm: Arm) -> dict[str, Any]:
     return {k: v for k, v in arm.props("gpu").items()
             if k not in ("provisioningState", "eTag", "nodeImageVersion", "currentOrchestratorVersion", "powerState")}
+
+
+@pytest.mark.parametrize("form", ["weak", "weak-in-a-list"])
+def test_a_weak_etag_never_matches_if_match_even_with_the_current_value(arm: Arm, form: str) -> None:
+    # RFC 9110 §13.1.1: If-Match uses the strong comparison function, under which a weak tag matches nothing
+    tag = _pool(arm)
+    weak = f'W/"{tag.strip(chr(34))}"'
+    header = {"weak": weak, "weak-in-a-list": f'"other", {weak}'}[form]
+    resp = call(arm, "DELETE", "gpu", **{"If-Match": header})
+    assert error(resp)[:2] == (412, "PreconditionFailed")
+    assert arm.props("gpu")["provisioningState"] == "Succeeded"

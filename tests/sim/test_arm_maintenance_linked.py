@@ -33,6 +33,9 @@ PPG = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Compute/p
 JOIN_SUBNET = "Microsoft.Network/virtualNetworks/subnets/join/action"
 JOIN_PREFIX = "Microsoft.Network/publicIPPrefixes/join/action"
 SYSTEM = {"vmSize": "Standard_D4s_v5", "count": 1, "mode": "User"}
+# the resource group of the linked resources above; infra/main.bicep assigns the linked-resources role only on
+# the groups listed in linkedResourceGroupIds (default []), so the tests that want it held list this one
+NET_RG = f"/subscriptions/{SUB}/resourceGroups/rg-net"
 
 
 APP_CLIENT_ID = "00000000-0000-0000-0000-00000000c11d"
@@ -131,11 +134,13 @@ def test_the_simulator_grants_the_role_the_project_declares() -> None:
 
 
 def test_a_pool_on_a_custom_subnet_is_created_when_the_role_grants_the_join(arm: Arm) -> None:
+    arm.fleet.arm_linked_resource_groups = {NET_RG}
     resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET})
     assert resp.status == 201, resp.body
 
 
 def test_without_the_subnet_join_the_put_is_refused_as_arm_does_and_nothing_is_created(arm: Arm) -> None:
+    arm.fleet.arm_linked_resource_groups = {NET_RG}
     arm.fleet.revoked_arm_actions = {JOIN_SUBNET}
     resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET})
     assert resp.status == 403
@@ -150,6 +155,7 @@ def test_without_the_subnet_join_the_put_is_refused_as_arm_does_and_nothing_is_c
 
 
 def test_every_missing_linked_action_and_scope_is_named(arm: Arm) -> None:
+    arm.fleet.arm_linked_resource_groups = {NET_RG}
     arm.fleet.revoked_arm_actions = {JOIN_SUBNET, JOIN_PREFIX}
     resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET, "podSubnetID": POD_SUBNET,
                                     "enableNodePublicIP": True, "nodePublicIPPrefixID": PREFIX,
@@ -162,6 +168,7 @@ def test_every_missing_linked_action_and_scope_is_named(arm: Arm) -> None:
 
 
 def test_an_update_that_still_names_the_subnet_is_checked_too(arm: Arm) -> None:
+    arm.fleet.arm_linked_resource_groups = {NET_RG}
     assert arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET}).status == 201
     arm.fleet.advance(600)
     arm.fleet.revoked_arm_actions = {JOIN_SUBNET}
@@ -172,3 +179,35 @@ def test_an_update_that_still_names_the_subnet_is_checked_too(arm: Arm) -> None:
 def test_a_pool_without_linked_resources_needs_no_linked_action(arm: Arm) -> None:
     arm.fleet.revoked_arm_actions = set(linked_actions())
     assert arm.put_pool("plain", dict(SYSTEM)).status == 201
+
+
+def test_by_default_the_linked_role_is_assigned_nowhere_so_a_custom_subnet_is_refused(arm: Arm) -> None:
+    # infra/main.bicep: param linkedResourceGroupIds array = [] -> the linked-resources role has no assignment
+    assert arm.fleet.arm_linked_resource_groups == set()
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET})
+    assert resp.status == 403
+    err = error(resp)
+    assert err["code"] == "LinkedAuthorizationFailed"
+    assert f"action(s) '{JOIN_SUBNET}' on the linked scope(s) '{SUBNET}'" in err["message"]
+    assert arm.call("GET", f"{arm.cluster.id}/agentPools/gpuvnet").status == 404
+
+
+def test_the_linked_role_holds_only_inside_the_listed_groups(arm: Arm) -> None:
+    arm.fleet.arm_linked_resource_groups = {f"/subscriptions/{SUB}/resourceGroups/rg-other",
+                                            f"/subscriptions/{SUB}/resourceGroups/rg-ne"}  # a prefix, not rg-net
+    resp = arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET, "proximityPlacementGroupID": PPG})
+    assert resp.status == 403
+    message = error(resp)["message"]
+    assert f"linked scope(s) '{SUBNET},{PPG}'" in message
+    arm.fleet.arm_linked_resource_groups.add(NET_RG.upper())  # ARM ids compare case-insensitively
+    assert arm.put_pool("gpuvnet", {**SYSTEM, "vnetSubnetID": SUBNET, "proximityPlacementGroupID": PPG}).status == 201
+
+
+def test_a_scenario_lists_the_linked_resource_groups() -> None:
+    from sim.scenario import ScenarioError, build_fleet
+
+    fleet = build_fleet({"seed": 1, "clock": {"manual": True}, "arm_linked_resource_groups": [NET_RG]})
+    assert fleet.arm_linked_resource_groups == {NET_RG}
+    assert build_fleet({"seed": 1, "clock": {"manual": True}}).arm_linked_resource_groups == set()
+    with pytest.raises(ScenarioError):
+        build_fleet({"seed": 1, "clock": {"manual": True}, "arm_linked_resource_groups": NET_RG})

@@ -232,9 +232,14 @@ def test_well_formed_label_selectors_still_select(raw: Raw, selector: str, count
     ("/api/v1/pods", "spec.nodeName", "invalid selector: 'spec.nodeName'; can't understand 'spec.nodeName'"),
     ("/api/v1/pods", "spec.nodeName=a=b", "invalid field selector: unescaped character in value: 61"),
     ("/api/v1/pods", "spec.foo=bar", "field label not supported: spec.foo"),
-    ("/api/v1/nodes", "spec.foo=bar",
+    # kinds without a conversion func of their own: DefaultMetaV1FieldSelectorConversion's text
+    ("/api/v1/configmaps", "spec.foo=bar",
      '"spec.foo" is not a known field selector: only "metadata.name", "metadata.namespace"'),
-], ids=["no-operator", "unescaped-equals", "unknown-pod-field", "unknown-node-field"])
+    # Node's conversion func (pkg/apis/core/v1/conversion.go) accepts only metadata.name and spec.unschedulable
+    ("/api/v1/nodes", "spec.foo=bar", "field label not supported: spec.foo"),
+    ("/api/v1/nodes", "metadata.namespace=default", "field label not supported: metadata.namespace"),
+], ids=["no-operator", "unescaped-equals", "unknown-pod-field", "unknown-configmap-field", "unknown-node-field",
+        "node-namespace-field"])
 def test_a_malformed_field_selector_is_a_400_with_the_real_message(raw: Raw, path: str, selector: str,
                                                                    message: str) -> None:
     status, body = raw.call("GET", f"{path}?fieldSelector={quote(selector)}")

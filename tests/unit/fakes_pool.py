@@ -137,10 +137,14 @@ class FakeAks:
             raise Conflict(f"Agent pool '{pool}' already exists (If-None-Match: *).")
         self.pools[(cluster_id.lower(), pool)] = {**body["properties"], "provisioningState": "Creating"}
 
-    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False) -> None:
+    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False,
+                          etag: str | None = None) -> None:
         self.deletes.append((cluster_id, pool))
         if self.delete_error is not None:
             raise self.delete_error
+        current = (self.pools.get((cluster_id.lower(), pool)) or {}).get("eTag")
+        if etag and current and str(current).strip('"') != str(etag).strip('"'):
+            raise Conflict(f"412 PreconditionFailed: pool {pool} has eTag {current}, not {etag}")
         self.pools.pop((cluster_id.lower(), pool), None)
 
     def set_state(self, cluster_id: str, pool: str, state: str, *, error: Mapping[str, Any] | None = None) -> None:
@@ -210,8 +214,17 @@ class FakeKube:
         self.objects[self._key(stored["apiVersion"], stored["kind"], meta["name"], meta.get("namespace"))] = stored
 
     def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """As a server-side apply: a new object gets a fresh uid, an existing one keeps its own."""
         meta = obj["metadata"]
-        self.objects[self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))] = json.loads(json.dumps(obj))
+        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        stored = json.loads(json.dumps(obj))
+        previous = (self.objects.get(key) or {}).get("metadata") or {}
+        if previous.get("uid"):
+            stored["metadata"]["uid"] = previous["uid"]
+        else:
+            self.uids += 1
+            stored["metadata"]["uid"] = f"00000000-0000-4000-8000-{self.uids:012d}"
+        self.objects[key] = stored
         self.applied.append(json.loads(json.dumps(obj)))
         return obj
 

@@ -127,3 +127,6 @@ def test_a_failed_pools_provisioning_error_is_classified_by_its_innermost_code()
     assert isinstance(specific, QuotaExceeded) and specific.code == "QuotaExceeded"
     plain = error_of_detail({"code": "VMExtensionProvisioningError", "message": "the CSE failed"})
     assert type(plain) is Invalid and plain.code == "VMExtensionProvisioningError"
+    linked = error_of_detail({"code": "InvalidTemplateDeployment", "message": "failed",
+                              "details": [{"code": "LinkedAuthorizationFailed", "message": "no join on the subnet"}]})
+    assert isinstance(linked, LinkedAuthorizationFailed) and linked.code == "LinkedAuthorizationFailed"

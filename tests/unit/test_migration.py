@@ -516,3 +516,30 @@ def test_a_pool_with_a_pod_the_drain_would_refuse_is_blocked_before_any_gpu_is_b
     assert "bare" in rec.data["reason"]
     assert world.fleet.arm_writes == []  # neither the replacement PUT nor any DELETE
     assert world.pods_on("gpu") == 4  # three replicas of train and the bare pod: nothing was evicted
+
+
+def test_a_step_writes_only_the_pool_version_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The old pool is checked (an unmanaged User pool) at the start of the step; someone turns it into a
+    # System pool right after that read. The autoscaler freeze must not be written over their change.
+    from tests.unit.fakes_migration import FakeAks
+
+    world = World(replicas=0, pool_props={"enableAutoScaling": True, "minCount": 1, "maxCount": 3})
+    run_planner(world.ctx(), start=False)
+    rec = world.drive_direct(world.record(), crash_each_step=False, until="cordoning")
+    read = FakeAks.get_pool
+    flipped: list[str] = []
+
+    def racing_read(self: FakeAks, cid: str, pool: str) -> Any:
+        found = read(self, cid, pool)
+        if pool == "gpu" and not flipped:
+            flipped.append(pool)
+            self.f.pools[(cid, pool)]["mode"] = "System"
+            self.f.new_etag(cid, pool)
+        return found
+
+    monkeypatch.setattr(FakeAks, "get_pool", racing_read)
+    world.fleet.arm_writes.clear()
+    after = advance(rec, world.ctx())
+    assert flipped and world.fleet.pools[(world.cid, "gpu")]["mode"] == "System"
+    assert world.fleet.pools[(world.cid, "gpu")]["enableAutoScaling"] is True  # not frozen: nothing written
+    assert world.fleet.arm_writes == [] and after.state == "cordoning"

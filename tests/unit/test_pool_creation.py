@@ -488,6 +488,28 @@ def test_mig_on_a_nap_cluster_fails_with_the_reason() -> None:
     assert final.state == "failed" and final.data["error"]["code"] == "UnsupportedOnNodeAutoProvisioning"
 
 
+def test_a_failed_nap_request_deletes_only_the_karpenter_objects_it_read_by_uid() -> None:
+    world = make_world()
+    submit(world, cluster=NAP_CLUSTER, validateWorkload=True)
+    reconcile(world)
+    kube = world.kube(NAP_CLUSTER)
+    uids = {key[1]: obj["metadata"]["uid"] for key, obj in kube.objects.items() if key[1] in ("NodePool", "AKSNodeClass")}
+    seen: list[tuple[str, Any]] = []
+    plain = kube.delete_object
+
+    def delete(api_version: str, kind: str, name: str, namespace: str | None = None, **kwargs: Any) -> None:
+        seen.append((kind, kwargs.get("uid")))
+        plain(api_version, kind, name, namespace, **kwargs)
+
+    kube.delete_object = delete  # type: ignore[method-assign]
+    job = the_job(world, NAP_CLUSTER)
+    kube.set_job_status(job["metadata"]["name"], job["metadata"]["namespace"], {"failed": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "CUDA error"}]})
+    reconcile(world, seconds=15)
+    assert record(world).data["outcome"]["cleanup"]["action"] == "deleted"
+    assert sorted((k, u) for k, u in seen if k != "Job") == sorted(uids.items())
+
+
 def test_a_karpenter_node_pool_of_someone_else_is_not_overwritten() -> None:
     world = make_world()
     world.kube(NAP_CLUSTER).apply_object({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",

@@ -119,6 +119,27 @@ def test_a_stack_that_never_becomes_healthy_gets_its_pool_deleted_after_the_time
     assert final.data["outcome"]["cleanup"]["action"] == "deleted"
 
 
+def test_a_failure_that_waited_for_a_busy_pool_still_reports_what_it_found() -> None:
+    world = make_world(policy=PoolRequestPolicy(validate_timeout_s=60))
+    submit(world)
+    reconcile(world)
+    nodes = materialise(world.aks, world.kube(), CLUSTER, "gpunp")
+    for node in nodes:  # the GPUs never show up
+        world.kube().nodes[node.name] = node.__class__(**{**{f: getattr(node, f) for f in node.__struct_fields__},
+                                                          "allocatable": {"cpu": "4"}})
+    world.aks.delete_error = OperationInProgress("409 OperationNotAllowed: another operation is in progress")
+    for _ in range(8):
+        reconcile(world, seconds=15)
+    assert record(world).data["failing"]["code"] == "StackValidationTimeout"
+    world.aks.delete_error = None
+    reconcile(world, seconds=15)
+    final = record(world)
+    assert final.state == "failed" and final.data["error"]["code"] == "StackValidationTimeout"
+    assert final.data["outcome"]["cleanup"]["action"] == "deleted"
+    assert final.data["stack"]["ok"] is False  # the evidence survives the wait for the pool
+    assert world.events.published[-1].data["stack"]["ok"] is False
+
+
 def test_scale_to_zero_keeps_the_pool_with_every_field_and_says_so() -> None:
     world = make_world(policy=PoolRequestPolicy(failed_pool_action="scaleToZero"))
     submit(world, count=2)

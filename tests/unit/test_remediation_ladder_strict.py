@@ -12,15 +12,16 @@ actions, and rungs that never complete.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
-from shared import health, remediation
+from shared import health, node_fate, remediation
 from shared.compute import VmActionDenied, VmActionImpossible
 from shared.errors import OperationInProgress
-from shared.ports import NodeView
+from shared.ports import NodeView, Taint
 from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import SUB, T0, Fleet, make_node, make_pod, run_until_settled, unhealthy_event, with_condition
 
@@ -161,17 +162,33 @@ def test_the_node_stays_cordoned_through_npds_start_up_false() -> None:
 # --------------------------------------------------------------------------- denied and impossible rungs
 
 class Refusing:
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, *, before: Callable[[], None] | None = None) -> None:
         self.error = error
+        self.before = before  # what the fleet does just before Azure answers (e.g. the VM is deallocated)
         self.calls: list[str] = []
 
     def begin_restart(self, vm: str, *, cluster_id: str | None = None) -> None:
         self.calls.append("restart")
+        if self.before is not None:
+            self.before()
         raise self.error
 
     def begin_reimage(self, vm: str, *, cluster_id: str | None = None) -> None:
         self.calls.append("reimage")
+        if self.before is not None:
+            self.before()
         raise self.error
+
+
+def shut_down(fleet: Fleet, name: str) -> Callable[[], None]:
+    """The VM is stopped or deallocated: the cloud node lifecycle controller taints its Node (NotReady too)."""
+    def apply() -> None:
+        node = fleet.kube.nodes[name]
+        if not node_fate.is_shut_down(node):
+            node = with_condition(node, "Ready", "Unknown", fleet.clock.now())
+            fleet.kube.nodes[name] = msgspec.structs.replace(
+                node, taints=(*node.taints, Taint(key=node_fate.SHUTDOWN_TAINT, effect="NoSchedule")))
+    return apply
 
 
 REFUSALS = [
@@ -190,7 +207,8 @@ REFUSALS = [
 def test_a_denied_or_impossible_rung_escalates_to_replace_through_the_aks_api_with_the_reason(
         error: Exception, code: str) -> None:
     fleet = one_broken()
-    refusing = Refusing(error)
+    # A 409 OperationNotAllowed escalates on the node's evidence: a deallocated VM's Node is shut down.
+    refusing = Refusing(error, before=shut_down(fleet, "aks-gpu-1") if isinstance(error, VmActionImpossible) else None)
     fleet.compute = refusing  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [remediation.DONE]
