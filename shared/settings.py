@@ -257,7 +257,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingError("settings POOL_REQUEST_QUEUE and NUDGE_QUEUE must name different queues")
     from shared import teams as teams_mod
 
-    teams = teams_mod.parse(env_str(teams_mod.SETTING, env=env), queue_prefix=pool_request_queue,
+    teams = teams_mod.parse(env_str("POOL_REQUEST_TEAMS", env=env), queue_prefix=pool_request_queue,
                             subscriptions=subscriptions)
     for team in teams:
         if team.queue == nudge_queue:
