@@ -127,7 +127,7 @@ def _run(scale: Scale) -> MigrationRun:
 
 
 def _records(ledger: Any) -> list[Any]:
-    from shared.errors import NotFound
+    from shared.kernel.errors import NotFound
 
     try:
         return [r for r in ledger.list("migration") if r.data.get("pool") == POOL]

@@ -5,9 +5,9 @@ than listing the same nodes through the kubernetes client's model classes, and w
 by the page size rather than the fleet. For each fleet size (sim/generate.py's ``large_fleet``) one
 simulator serves the fleet and this process is the client:
 
-- **ours**: ``shared.sweep``'s per-cluster path as the timer runs it: ``KubeClient.list_nodes`` (raw
+- **ours**: ``shared.remediation.sweep``'s per-cluster path as the timer runs it: ``KubeClient.list_nodes`` (raw
   JSON pages decoded by msgspec into NodeViews) with the GPU label selector, each page evaluated by
-  ``shared.health.evaluate`` and folded into the sweep report;
+  ``shared.remediation.health.evaluate`` and folded into the sweep report;
 - **baseline**: ``CoreV1Api.list_node`` with the same selector and page size, deserialised into the
   client's ``V1Node`` models (as an SDK user writes it), without any health evaluation on top.
 
@@ -57,7 +57,7 @@ class _Clients:
     def __init__(self, sim: Any, *, page_size: int) -> None:
         from kubernetes import client as k8s
 
-        from shared.kube import KubeClient
+        from shared.adapters.kube import KubeClient
 
         self.page_size = page_size
         credential = SimTokenCredential(sim)
@@ -71,8 +71,8 @@ class _Clients:
 
     def sweep_ours(self) -> int:
         """The sweep's per-cluster path over every cluster; returns the GPU nodes seen."""
-        from shared import sweep
-        from shared.remediation_policy import RemediationPolicy
+        from shared.remediation import sweep
+        from shared.remediation.policy import RemediationPolicy
 
         policy = RemediationPolicy(page_size=self.page_size, startup_grace_s=0)  # see _STEADY
         report = sweep.SweepReport()
@@ -131,9 +131,9 @@ class _ListHead(msgspec.Struct):
 
 def decode_ours(pages: list[bytes]) -> int:
     """Our decoding and evaluation of pages already in memory (no transport)."""
-    from shared import health
-    from shared.kube import decode_node_list
-    from shared.remediation_policy import RemediationPolicy
+    from shared.adapters.kube import decode_node_list
+    from shared.remediation import health
+    from shared.remediation.policy import RemediationPolicy
 
     policy, now, seen = RemediationPolicy(startup_grace_s=0), time.time(), 0  # see _STEADY
     for data in pages:

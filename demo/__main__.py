@@ -41,7 +41,7 @@ PROFILE = {
     "REMEDIATION_POLL_S": "5",
     "REMEDIATION_RUNG_TIMEOUTS": "restart=120,reimage=240,replace=600",
     "BREAKER_PERCENT": "60",
-    # Who may ask for what (shared/teams.py): each team sends to its own queue; the queue, not the
+    # Who may ask for what (shared/pools/teams.py): each team sends to its own queue; the queue, not the
     # message, says who asked. ml-platform gets the defaults (T4/A10 sizes, 8 GPUs per request) on
     # its own cluster; research may use A100s anywhere in scope, 8 GPUs at a time.
     "POOL_REQUEST_TEAMS": json.dumps({
@@ -124,7 +124,9 @@ def _snapshot(ctx: Any) -> dict[tuple[str, str], Any]:
 
 
 def _finished(records: dict[tuple[str, str], Any]) -> tuple[bool, list[str]]:
-    from shared import migration_plan, pool_creation, remediation
+    from shared.migration import plan as migration_plan
+    from shared.pools import creation as pool_creation
+    from shared.remediation import core as remediation
 
     active = {"pool-request": pool_creation.ACTIVE_STATES, "remediation": remediation.ACTIVE_STATES,
               "migration": migration_plan.ACTIVE_STATES}
@@ -169,7 +171,7 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
                     print(f"      · {reason if isinstance(reason, str) else json.dumps(reason)}")
         print()
     try:
-        from shared import migration
+        from shared.migration import core as migration
 
         plan = migration.observe_plan(ctx)
         skipped = [s for s in getattr(plan, "skipped", [])]
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import devstack
-    from shared import clock as clock_mod
+    from shared.kernel import clock as clock_mod
 
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)

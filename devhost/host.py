@@ -135,7 +135,7 @@ class Host:
             specs = indexing.index(app, {**os.environ, **self.settings})
         except (indexing.IndexingError, host_settings.SettingsError) as error:
             raise HostError(str(error)) from error
-        except ValueError as error:  # shared.env.SettingError: a setting the app reads at import is malformed
+        except ValueError as error:  # shared.kernel.env.SettingError: a setting the app reads at import is malformed
             if type(error).__name__ != "SettingError":
                 raise
             raise HostError(f"the app could not be indexed: {error}") from error
@@ -149,7 +149,7 @@ class Host:
         return self._stopping.is_set()
 
     def _install_clock(self) -> None:
-        from shared import clock as clocks
+        from shared.kernel import clock as clocks
 
         chosen = self._given_clock
         if chosen is None and self.endpoints is not None and self.endpoints.get("clock"):
@@ -180,7 +180,7 @@ class Host:
 
     def _restore_clock(self) -> None:
         if self._previous_clock is not None:
-            from shared import clock as clocks
+            from shared.kernel import clock as clocks
 
             clocks.use(self._previous_clock)
             self._previous_clock = None

@@ -2,7 +2,7 @@
 
 The Functions host's timer schedules have a seconds field first (``{second} {minute} {hour} {day}
 {month} {day-of-week}``); croniter reads that with ``second_at_beginning=True``. Time is
-``shared.clock.current()`` (a ScaledClock from the simulator's endpoints.json, or a ManualClock in
+``shared.kernel.clock.current()`` (a ScaledClock from the simulator's endpoints.json, or a ManualClock in
 tests), so a ``0 * * * * *`` sweep runs once per simulated minute however fast the fleet runs.
 
 As in the host: a timer function never overlaps itself; ``runOnStartup`` fires once at start;

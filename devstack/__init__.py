@@ -90,7 +90,7 @@ def _app_settings(*, endpoints: Mapping[str, Any], storage: str, profile: Mappin
     return values
 
 
-#: The local fleet's default team (POOL_REQUEST_TEAMS, shared/teams.py): the platform team, on the
+#: The local fleet's default team (POOL_REQUEST_TEAMS, shared/pools/teams.py): the platform team, on the
 #: queue the end-to-end tests and tools send to, allowed every cluster in scope and every size. A
 #: profile may replace POOL_REQUEST_TEAMS with teams of its own (the demo, tests of team limits).
 DEV_TEAMS: dict[str, Any] = {"platform": {"clusters": "*", "sizes": "*", "maxGpusPerRequest": 64,
@@ -99,7 +99,7 @@ DEV_TEAMS: dict[str, Any] = {"platform": {"clusters": "*", "sizes": "*", "maxGpu
 
 def team_queues(settings: Mapping[str, str]) -> dict[str, str]:
     """Team name -> its pool-request queue, as the app reads them from the settings (in their order)."""
-    from shared import teams
+    from shared.pools import teams
 
     return {t.name: t.queue for t in teams.from_env(settings)}
 
@@ -169,8 +169,8 @@ class Stack:
 
     def context(self) -> Any:
         """An in-process app Context on this stack (for tests and reports; same settings as the hosts)."""
-        from shared import settings as settings_mod
         from shared import wiring
+        from shared.kernel import settings as settings_mod
 
         env = {**self.settings, "IDENTITY_ENDPOINT": str(self.endpoints["identity_endpoint"]),
                "IDENTITY_HEADER": str(self.endpoints["identity_header"])}
@@ -179,10 +179,10 @@ class Stack:
         return wiring.build_context(settings_mod.load(env))
 
     def ledger(self) -> Any:
-        """The ledger table the hosts write (``shared.ledger.TableLedger``), read straight from Azurite."""
+        """The ledger table the hosts write (``shared.adapters.ledger.TableLedger``), read straight from Azurite."""
         from azure.data.tables import TableClient
 
-        from shared.ledger import TableLedger
+        from shared.adapters.ledger import TableLedger
 
         client = TableClient.from_connection_string(self.azurite.connection_string,
                                                     table_name=self.settings["LEDGER_TABLE"])

@@ -175,9 +175,9 @@ def cmd_breaker(args: argparse.Namespace, settings: dict[str, str], out: TextIO)
             print("fleetctl breaker --reset needs --by NAME and --reason TEXT (who resets it, and why, are recorded)",
                   file=sys.stderr)
             return 2
-        from shared import clock as clocks
         from shared import commands
-        from shared.errors import Invalid
+        from shared.kernel import clock as clocks
+        from shared.kernel.errors import Invalid
 
         try:
             record = commands.request(_ledger(settings), command=commands.BREAKER_RESET, by=args.by,
@@ -215,7 +215,7 @@ def _nudge(settings: dict[str, str], hint: str) -> None:
 
 def cmd_plan(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
     from fleetctl.fleet import build_context, observe_plan
-    from shared import migration_plan
+    from shared.migration import plan as migration_plan
 
     plan = observe_plan(build_context())
     print(render.as_json(migration_plan.to_json(plan)) if args.json else migration_plan.render_table(plan).rstrip(),

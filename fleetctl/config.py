@@ -64,7 +64,7 @@ def use_fleet_clock(endpoints: str | Path) -> None:
     system clock would put a reset before faults that happened after it.
     """
     from devhost.endpoints import read_endpoints
-    from shared import clock as clocks
+    from shared.kernel import clock as clocks
 
     try:
         c = (read_endpoints(endpoints) or {}).get("clock") or {}
@@ -76,7 +76,7 @@ def use_fleet_clock(endpoints: str | Path) -> None:
 
 
 def export(settings: Mapping[str, str], *, environ: MutableMapping[str, str] | None = None) -> None:
-    """Make the settings visible to shared.settings (which reads the environment), file values included."""
+    """Make the settings visible to shared.kernel.settings (which reads the environment), file values included."""
     env = os.environ if environ is None else environ
     for name, value in settings.items():
         env.setdefault(name, value)
@@ -145,8 +145,8 @@ class Storage:
 
 def pool_request_queue(settings: Mapping[str, str], team: str | None = None) -> str:
     """The queue of ``team`` (or POOL_REQUEST_TEAM) in POOL_REQUEST_TEAMS; the only team's when there is one."""
-    from shared import teams as teams_mod
-    from shared.env import SettingError
+    from shared.kernel.env import SettingError
+    from shared.pools import teams as teams_mod
 
     try:
         teams = teams_mod.from_env(settings)

@@ -1,6 +1,6 @@
 """The live side of ``fleetctl status`` and ``plan``: ARM and the clusters, through the app's own adapters.
 
-fleetctl builds the same :class:`shared.context.Context` the app builds (``shared.wiring``), so it
+fleetctl builds the same :class:`shared.kernel.context.Context` the app builds (``shared.wiring``), so it
 reaches ARM and the Kubernetes API servers with the same scope, endpoints and credentials (your
 developer identity on a laptop, via DefaultAzureCredential). It only reads: ``breaker --reset``
 writes an operator command to the ledger (shared.commands), which the app validates and applies.
@@ -31,7 +31,7 @@ def build_context() -> Any:
 
 
 def _is_gpu(vm_size: str) -> tuple[bool, str]:
-    from shared import gpu_sizes
+    from shared.fleet import gpu_sizes
 
     size = gpu_sizes.lookup(vm_size)
     if size is None:
@@ -41,7 +41,7 @@ def _is_gpu(vm_size: str) -> tuple[bool, str]:
 
 def fleet_view(ctx: Any) -> list[dict[str, Any]]:
     """Clusters in scope, each with its GPU pools (managed or not) and their nodes' readiness."""
-    from shared import scope
+    from shared.fleet import scope
 
     aks = ctx.access.aks()
     clusters = []
@@ -76,9 +76,9 @@ def fleet_view(ctx: Any) -> list[dict[str, Any]]:
 
 def observe_plan(ctx: Any) -> Any:
     """The migration plan, computed now, changing nothing."""
-    from shared import migration
+    from shared.migration import core as migration
 
     planner = getattr(migration, "plan_fleet", None) or getattr(migration, "observe_plan", None)
     if planner is None:
-        raise FleetUnavailable("shared.migration has neither plan_fleet() nor observe_plan()")
+        raise FleetUnavailable("shared.migration.core has neither plan_fleet() nor observe_plan()")
     return planner(ctx)

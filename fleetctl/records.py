@@ -1,7 +1,7 @@
 """Reading the app's ledger (one Azure Table; docs/architecture.md, "Durable records").
 
 fleetctl reads here (and writes only operator commands, shared.commands), through
-``shared.ledger.TableLedger`` so the row encoding stays the app's.
+``shared.adapters.ledger.TableLedger`` so the row encoding stays the app's.
 The views below pick the fields a person needs from each kind's record: what was asked, where it
 is now, and why (the last history note, or the rejection's reasons).
 """
@@ -25,14 +25,14 @@ TERMINAL: dict[str, frozenset[str]] = {
 
 
 def open_ledger(storage: Storage, table: str) -> Any:
-    from shared.ledger import TableLedger
+    from shared.adapters.ledger import TableLedger
 
     return TableLedger(storage.table_client(table), ensure_table=False)
 
 
 def list_records(ledger: Any, kind: str, *, states: Sequence[str] | None = None) -> list[Any]:
     """Records of a kind (none when the table does not exist yet), newest first."""
-    from shared.errors import NotFound
+    from shared.kernel.errors import NotFound
 
     try:
         records = ledger.list(kind, states=list(states) if states else None)
@@ -42,7 +42,7 @@ def list_records(ledger: Any, kind: str, *, states: Sequence[str] | None = None)
 
 
 def get_record(ledger: Any, kind: str, id_: str) -> Any:
-    from shared.errors import NotFound
+    from shared.kernel.errors import NotFound
 
     try:
         return ledger.get(kind, id_)

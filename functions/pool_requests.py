@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 
 import azure.functions as func
 
-from shared import entrypoints, teams
+from shared import entrypoints
+from shared.pools import teams
 
 bp = func.Blueprint()
 

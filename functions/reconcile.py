@@ -1,7 +1,7 @@
 """The reconciler: advances every durable record one short, idempotent step.
 
 Runs when a nudge message arrives -- at once (a request accepted, a remediation admitted) or delayed
-until a waiting record is due (shared.nudge) -- and on a slow safety-net timer for a lost nudge.
+until a waiting record is due (shared.kernel.nudge) -- and on a slow safety-net timer for a lost nudge.
 """
 
 import azure.functions as func

@@ -49,7 +49,7 @@ param linkedResourceGroupIds array = []
 @description('Also assign the Azure RBAC for Kubernetes role on accessClusters (clusters with Azure RBAC enabled).')
 param assignKubernetesRole bool = true
 
-@description('Teams that may request GPU pools (POOL_REQUEST_TEAMS, shared/teams.py): [{ name: <2-24 lowercase letters, digits, hyphens>, principalId: <object id of the team\'s group or identity>, principalType: Group | User | ServicePrincipal, policy: { clusters: [<cluster ARM ids>] or \'*\', sizes: [<VM sizes>] or \'*\' (default: the T4 and A10 sizes), maxGpusPerRequest: <n> (default 8) } }]. Each gets its own queue <POOL_REQUEST_QUEUE>-<name> in the team-requests storage account and Storage Queue Data Message Sender on it alone. Empty: no pool requests.')
+@description('Teams that may request GPU pools (POOL_REQUEST_TEAMS, shared/pools/teams.py): [{ name: <2-24 lowercase letters, digits, hyphens>, principalId: <object id of the team\'s group or identity>, principalType: Group | User | ServicePrincipal, policy: { clusters: [<cluster ARM ids>] or \'*\', sizes: [<VM sizes>] or \'*\' (default: the T4 and A10 sizes), maxGpusPerRequest: <n> (default 8) } }]. Each gets its own queue <POOL_REQUEST_QUEUE>-<name> in the team-requests storage account and Storage Queue Data Message Sender on it alone. Empty: no pool requests.')
 param teams array = []
 
 @description('true: the steward observes and reports but changes nothing (STEWARD_PAUSED).')
@@ -94,13 +94,13 @@ var functionAppName = '${abbrs.functionApps}${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 var deadLetterContainerName = 'eventgrid-deadletter'
 
-// Queue and table names: the code's defaults (shared/settings.py), set as app settings below and
+// Queue and table names: the code's defaults (shared/kernel/settings.py), set as app settings below and
 // created in the storage account; the host adds "-poison" queues for messages that keep failing.
 var poolRequestQueue = 'gpu-pool-requests'
 var nudgeQueue = 'steward-nudge'
 var ledgerTable = 'stewardledger'
 
-// The teams' pool-request queues: one per team, named as the app names them (shared/teams.py:
+// The teams' pool-request queues: one per team, named as the app names them (shared/pools/teams.py:
 // <POOL_REQUEST_QUEUE>-<team>), in the team-requests storage account with their poison queues.
 var teamRequestQueues = [for team in teams: '${poolRequestQueue}-${team.name}']
 var teamPoisonQueues = [for team in teams: '${poolRequestQueue}-${team.name}-poison']
@@ -111,7 +111,7 @@ var teamQueueGrants = [for team in teams: {
   principalType: team.?principalType ?? 'Group'
 }]
 
-// Every setting the steward's code reads (shared/settings.py and the policy modules), with the
+// Every setting the steward's code reads (shared/kernel/settings.py and the policy modules), with the
 // defaults the code uses; tests/infra derives the list from the code and compares.
 var stewardSettings = {
   FLEET_SUBSCRIPTIONS: join(fleetSubscriptions, ',')

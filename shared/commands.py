@@ -7,7 +7,7 @@ fleetctl only *asks*: it writes a ``command`` record (kind ``command``, id a fre
 request of a fixed schema (:class:`Command`: which command, who, when, why; unknown fields refused),
 and the app applies it:
 
-- the reconciler (``shared.reconciler``, kind ``command``) calls :func:`advance`, which validates
+- the reconciler (``shared.kernel.reconciler``, kind ``command``) calls :func:`advance`, which validates
   the record again, whoever wrote it (:func:`parse`), and refuses what is not allowed: an unknown
   command, a missing or malformed ``by``/``reason``, a request from the future or older than
   :data:`MAX_AGE_S` (a replayed or long-forgotten row), a record in an unexpected state;
@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from shared.errors import Invalid
-from shared.ports import Record
+from shared.kernel.errors import Invalid
+from shared.kernel.ports import Record
 
 if TYPE_CHECKING:
-    from shared.context import Context
-    from shared.ports import LedgerPort
+    from shared.kernel.context import Context
+    from shared.kernel.ports import LedgerPort
 
 log = logging.getLogger("steward.commands")
 
@@ -117,7 +117,7 @@ def advance(record: Record, ctx: Context) -> Record:
         return _reject(record, now=now, reason=f"requested {now - cmd.requested_at:.0f}s ago, more than "
                                                 f"{MAX_AGE_S:.0f}s: ask again")
     if cmd.command == BREAKER_RESET:
-        from shared import breaker
+        from shared.remediation import breaker
 
         state = breaker.reset(ctx, by=cmd.by, reason=cmd.reason, command=record.id)
         log.info("breaker reset by %s (command %s): %s", cmd.by, record.id, cmd.reason)

@@ -1,6 +1,6 @@
 """One entry point per trigger: the only functions the blueprints in ``functions/`` call.
 
-Each builds (once per process) or receives a :class:`shared.context.Context`, calls the job's core and
+Each builds (once per process) or receives a :class:`shared.kernel.context.Context`, calls the job's core and
 returns a small result the trigger turns into outputs. The jobs' modules and the SDKs are imported
 inside the functions, so importing ``function_app`` stays cheap (a cold start pays only for what it
 runs).
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.context import Context
-    from shared.reconciler import ReconcileReport
+    from shared.kernel.context import Context
+    from shared.kernel.reconciler import ReconcileReport
 
 log = logging.getLogger("steward")
 
@@ -41,12 +41,13 @@ def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", d
     """Validate and record a pool request that arrived on ``team``'s queue.
 
     The team is who asked (the queue says so, not the message) and bounds what may be asked for
-    (shared.teams). Raises only for transient failures (the queue retries), and SettingError when
+    (shared.pools.teams). Raises only for transient failures (the queue retries), and SettingError when
     the trigger's team is not in POOL_REQUEST_TEAMS (settings changed under a running worker).
     """
-    from shared import pool_creation, telemetry
-    from shared import teams as teams_mod
-    from shared.env import SettingError
+    from shared.kernel import telemetry
+    from shared.kernel.env import SettingError
+    from shared.pools import creation as pool_creation
+    from shared.pools import teams as teams_mod
 
     context = _ctx(ctx)
     entry = teams_mod.by_name(context.settings.teams, team)
@@ -61,7 +62,7 @@ def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", d
 
 def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Context | None = None) -> ReconcileReport:
     """Advance every due durable record. A nudge only makes it run sooner; it always looks at all."""
-    from shared import reconciler, telemetry
+    from shared.kernel import reconciler, telemetry
 
     context = _ctx(ctx)
     with telemetry.correlation(None):
@@ -72,7 +73,8 @@ def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Contex
 
 def run_health_sweep(ctx: Context | None = None) -> Any:
     """Sweep the GPU nodes of every cluster in scope and publish unhealthy findings."""
-    from shared import sweep, telemetry
+    from shared.kernel import telemetry
+    from shared.remediation import sweep
 
     context = _ctx(ctx)
     with telemetry.correlation(None):
@@ -93,7 +95,8 @@ class GpuEventResult:
 
 def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEventResult:
     """Admit or refuse a remediation for a ``Steward.GpuNode.Unhealthy`` CloudEvent."""
-    from shared import remediation, telemetry
+    from shared.kernel import telemetry
+    from shared.remediation import core as remediation
 
     context = _ctx(ctx)
     with telemetry.correlation(str(event.get("id") or "") or None):
@@ -104,7 +107,8 @@ def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEv
 
 def run_migration_planner(ctx: Context | None = None) -> Any:
     """Plan migrations of unmanaged GPU pools and start the ones the plan allows."""
-    from shared import migration, telemetry
+    from shared.kernel import telemetry
+    from shared.migration import core as migration
 
     context = _ctx(ctx)
     with telemetry.correlation(None):

@@ -4,7 +4,7 @@ A Functions worker process serves many invocations; clients (and the credential'
 are built on the first invocation that needs them and reused after. Nothing heavy is imported at
 module level, so importing ``function_app`` stays cheap. :class:`FleetAccess` is also where the
 fleet scope is enforced for per-cluster access: a cluster outside the scope never gets a client; and
-every adapter it hands out is wrapped in :mod:`shared.gate`, so that each *write* re-checks scope,
+every adapter it hands out is wrapped in :mod:`shared.fleet.gate`, so that each *write* re-checks scope,
 pause and (for a VM) the node resource group at the point of the call, whoever built the client.
 """
 
@@ -16,18 +16,18 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import Forbidden
+from shared.kernel.errors import Forbidden
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from azure.core.credentials import TokenCredential
 
-    from shared.clock import Clock
-    from shared.context import Context
-    from shared.gate import Gate
-    from shared.ports import AksPort, ClusterInfo, ComputePort, KubePort
-    from shared.settings import Settings
+    from shared.fleet.gate import Gate
+    from shared.kernel.clock import Clock
+    from shared.kernel.context import Context
+    from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, KubePort
+    from shared.kernel.settings import Settings
 
 log = logging.getLogger("steward.wiring")
 
@@ -57,23 +57,23 @@ class FleetAccess:
 
     @property
     def gate(self) -> Gate:
-        """The write gate (shared.gate) of this process, reading clusters through the ungated adapter."""
+        """The write gate (shared.fleet.gate) of this process, reading clusters through the ungated adapter."""
         with self._lock:
             if self._gate is None:
-                from shared.gate import Gate
+                from shared.fleet.gate import Gate
 
                 self._gate = Gate(self._settings, aks=self._raw_aks, clock=self._clock)
             return self._gate
 
     def _now(self) -> float:
-        from shared import clock as clocks
+        from shared.kernel import clock as clocks
 
         return (self._clock or clocks.current()).now()
 
     def credential(self) -> TokenCredential:
         with self._lock:
             if self._credential is None:
-                from shared.identity import get_credential
+                from shared.adapters.identity import get_credential
 
                 self._credential = get_credential(self._settings)
             return self._credential
@@ -81,7 +81,7 @@ class FleetAccess:
     def _raw_aks(self) -> AksPort:
         with self._lock:
             if self._aks is None:
-                from shared.aks import AksClient
+                from shared.adapters.aks import AksClient
 
                 self._aks = AksClient(self.credential(), self._settings, clock=self._clock)
             return self._aks
@@ -91,7 +91,7 @@ class FleetAccess:
         gate = self.gate
         with self._lock:
             if self._gated_aks is None:
-                from shared.gate import GatedAks
+                from shared.fleet.gate import GatedAks
 
                 self._gated_aks = GatedAks(self._raw_aks(), gate)  # type: ignore[assignment]
             return self._gated_aks  # type: ignore[return-value]
@@ -101,10 +101,10 @@ class FleetAccess:
         gate = self.gate
         with self._lock:
             if self._gated_compute is None:
-                from shared.gate import GatedCompute
+                from shared.fleet.gate import GatedCompute
 
                 if self._compute is None:
-                    from shared.compute import ComputeClient
+                    from shared.adapters.compute import ComputeClient
 
                     self._compute = ComputeClient(self.credential(), self._settings, clock=self._clock)
                 self._gated_compute = GatedCompute(self._compute, gate)  # type: ignore[assignment]
@@ -112,8 +112,8 @@ class FleetAccess:
 
     def check_scope(self, cluster_id: str) -> None:
         """Raise Forbidden unless ``cluster_id`` is in the fleet scope (tags re-read every few minutes)."""
-        from shared.ports import ClusterInfo
-        from shared.scope import cluster_in_scope, subscription_of
+        from shared.fleet.scope import cluster_in_scope, subscription_of
+        from shared.kernel.ports import ClusterInfo
 
         key = cluster_id.lower()
         now = self._now()
@@ -146,12 +146,12 @@ class FleetAccess:
             client = self._kube.get(key)
         if client is not None:
             return client
-        from shared.gate import GatedKube
+        from shared.fleet.gate import GatedKube
 
         if self._kube_factory is not None:
             raw = self._kube_factory(cluster_id)
         else:
-            from shared.kube import KubeClient
+            from shared.adapters.kube import KubeClient
 
             kubeconfig = self._raw_aks().kubeconfig(cluster_id)
             raw = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
@@ -162,8 +162,8 @@ class FleetAccess:
             return self._kube.setdefault(key, made)
 
     def clusters(self) -> list[ClusterInfo]:
-        """The clusters in scope now (shared.scope.discover)."""
-        from shared.scope import discover
+        """The clusters in scope now (shared.fleet.scope.discover)."""
+        from shared.fleet.scope import discover
 
         return discover(self._raw_aks(), self._settings)
 
@@ -187,13 +187,13 @@ def instance_name(settings: Settings) -> str:
 
 def build_context(settings: Settings | None = None, **overrides: Any) -> Context:
     """A Context wired to the real adapters (``overrides`` replace any of its fields)."""
-    from shared import clock as clocks
-    from shared import telemetry
-    from shared.context import Context
+    from shared.kernel import clock as clocks
+    from shared.kernel import telemetry
+    from shared.kernel.context import Context
 
     telemetry.install_log_record_factory()
     if settings is None:
-        from shared.settings import load
+        from shared.kernel.settings import load
 
         settings = load()
     instance = overrides.pop("instance", None) or instance_name(settings)
@@ -201,22 +201,22 @@ def build_context(settings: Settings | None = None, **overrides: Any) -> Context
     if "access" not in fields:
         fields["access"] = FleetAccess(settings)
     if "ledger" not in fields:
-        from shared.ledger import TableLedger
+        from shared.adapters.ledger import TableLedger
 
         fields["ledger"] = TableLedger.from_settings(settings)
     if "events" not in fields:
-        from shared.events import EventPublisher
+        from shared.adapters.events import EventPublisher
 
         credential = fields["access"].credential() if isinstance(fields["access"], FleetAccess) else None
         if credential is None:
-            from shared.identity import get_credential
+            from shared.adapters.identity import get_credential
 
             credential = get_credential(settings)
         fields["events"] = EventPublisher(credential, settings)
     if "telemetry" not in fields:
         fields["telemetry"] = telemetry.Telemetry.from_settings(settings, instance=instance)
     if "nudge" not in fields and getattr(settings, "reconcile_delayed_nudges", True):
-        from shared.nudge import QueueNudger
+        from shared.kernel.nudge import QueueNudger
 
         fields["nudge"] = QueueNudger.from_settings(settings, clock=fields.get("clock"))
     fields.setdefault("clock", clocks.current())

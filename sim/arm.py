@@ -1,6 +1,6 @@
 """The AKS resource provider (Microsoft.ContainerService) and the VMSS VM actions of Microsoft.Compute.
 
-The app's ARM adapters (shared/aks.py, shared/compute.py) run the real azure-mgmt SDKs against this
+The app's ARM adapters (shared/adapters/aks.py, shared/adapters/compute.py) run the real azure-mgmt SDKs against this
 handler, so it answers what ARM answers: bearer tokens for ``https://management.azure.com/`` (401
 ``AuthenticationFailed`` without one, ``InvalidAuthenticationToken`` for a bad one, 403
 ``InvalidAuthenticationTokenAudience`` for another audience), a required and supported
@@ -1360,7 +1360,7 @@ def present_maintenance_configuration(name: str, stored: dict[str, Any], *, api_
 # shape is ARM's, e.g. kubernetes-sigs/cloud-provider-azure#1999, Azure/aad-pod-identity#511 and #752:
 # the check runs on every write that carries the reference, updates of an existing VMSS included).
 # The actions per agent-pool property: https://learn.microsoft.com/azure/aks/aks-service-permissions.
-# What the caller holds is the app's own role as the project declares it (shared.permissions:
+# What the caller holds is the app's own role as the project declares it (shared.adapters.permissions:
 # the adapters' @requires_arm actions, which tests/infra keeps equal to infra/app/steward-role.bicep,
 # plus the linked-resources role), minus what a test revoked in ``fleet.revoked_arm_actions``.
 
@@ -1375,7 +1375,7 @@ def granted_arm_actions(fleet: Any) -> set[str]:
 
 def check_linked_authorization(request: Request, cluster: Any, props: dict[str, Any]) -> None:
     """Refuse an agent-pool PUT naming a linked resource whose action the caller does not hold."""
-    from shared.permissions import linked_actions_for
+    from shared.adapters.permissions import linked_actions_for
 
     linked = linked_actions_for(props)
     if not linked:

@@ -52,7 +52,7 @@ class SimHandle:
 
     def app_kubeconfig(self, name: str) -> bytes:
         """The cluster's kubeconfig as ARM's listClusterUserCredential hands it to the app: the CA inlined
-        as ``certificate-authority-data`` (the app refuses a CA file path; shared.kube)."""
+        as ``certificate-authority-data`` (the app refuses a CA file path; shared.adapters.kube)."""
         import base64
 
         import yaml

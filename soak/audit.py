@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.ports import Record
+from shared.kernel.ports import Record
 
 AKS_SERVER_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
 KINDS = ("remediation", "migration", "pool-request")
@@ -38,7 +38,9 @@ def ledger_records(ledger: Any, kinds: Iterable[str] = KINDS) -> dict[str, list[
 
 def active_records(ledger: Any) -> int:
     """How many remediation, migration and pool-request records are still in an active state."""
-    from shared import migration, pool_creation, remediation
+    from shared.migration import core as migration
+    from shared.pools import creation as pool_creation
+    from shared.remediation import core as remediation
 
     return sum(len(ledger.list(m.KIND, states=sorted(m.ACTIVE_STATES))) for m in (remediation, migration, pool_creation))
 

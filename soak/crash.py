@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from shared.ports import Record
+from shared.kernel.ports import Record
 
 
 class HostCrashed(BaseException):

@@ -2,7 +2,7 @@
 
 Why in process: a Functions host process costs seconds to start and runs on wall-clock time, so a
 soak of a thousand scenarios through real hosts would take many hours. Here every *host* is an app
-:class:`~shared.context.Context` of its own (its own instance name, credential, ARM, Kubernetes and
+:class:`~shared.kernel.context.Context` of its own (its own instance name, credential, ARM, Kubernetes and
 Event Grid clients, all the real adapters over real HTTPS), sharing only the ledger table in
 Azurite, exactly what two scaled-out instances share. The simulator runs on a manual clock and the
 driver plays the Functions runtime: it fires the timers (sweep, migration planner, reconciler),
@@ -104,7 +104,7 @@ class InProcessRun:
 
     def __init__(self, scenario: SoakScenario, *, sim: Any, storage: str, table: str, use_table: bool = False,
                  wall_budget_s: float = 300.0) -> None:
-        from shared.ledger import InMemoryLedger
+        from shared.adapters.ledger import InMemoryLedger
 
         self.scenario = scenario
         self.sim = SimClient(sim.endpoints)
@@ -130,13 +130,13 @@ class InProcessRun:
     # ------------------------------------------------------------------ hosts
 
     def _settings(self) -> Any:
-        from shared import settings as settings_mod
+        from shared.kernel import settings as settings_mod
 
         return settings_mod.load(self.settings_env)
 
     def _ledger(self, settings: Any) -> Any:
         """The hosts' shared ledger: the Azurite table, or its in-memory twin (same ETag contract)."""
-        from shared.ledger import TableLedger
+        from shared.adapters.ledger import TableLedger
 
         return TableLedger.from_settings(settings, clock=self.clock) if self.use_table else self.shared_ledger
 
@@ -188,7 +188,7 @@ class InProcessRun:
             feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="ok")
 
     def _note_error(self, where: str, error: BaseException) -> None:
-        from shared.errors import StewardError
+        from shared.kernel.errors import StewardError
 
         if isinstance(error, StewardError):
             return  # an answer the trigger is allowed to give (the runtime retries it)
@@ -240,7 +240,9 @@ class InProcessRun:
 
     def _next_due(self) -> tuple[float | None, int, float]:
         """Earliest ``next_at`` of an active record (or None), how many are active, and their latest deadline."""
-        from shared import migration, pool_creation, remediation
+        from shared.migration import core as migration
+        from shared.pools import creation as pool_creation
+        from shared.remediation import core as remediation
         from soak.invariants import migration_deadline, remediation_deadline
 
         earliest: float | None = None
@@ -258,8 +260,8 @@ class InProcessRun:
         return earliest, active, latest_deadline
 
     def run(self) -> RunLog:
-        from shared import clock as clocks
-        from shared import identity
+        from shared.adapters import identity
+        from shared.kernel import clock as clocks
 
         os.environ["IDENTITY_ENDPOINT"] = str(self.sim.endpoints["identity_endpoint"])
         os.environ["IDENTITY_HEADER"] = str(self.sim.endpoints["identity_header"])

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.ports import Record
+from shared.kernel.ports import Record
 from soak.generate import SoakScenario
 
 CORDONED_BY = "gpu-fleet-steward/cordoned-by"
@@ -406,7 +406,7 @@ def check_liveness(evidence: Evidence) -> list[Violation]:
 # --------------------------------------------------------------------------- 11-16: issue 10's stricter faults
 
 RBAC_HINTS = ("RBAC", "check the app's Azure role")
-REFUSED_ON_ANSWER = "answered 500"  # shared.drain: the multi-PDB 500 stops a drain that had started
+REFUSED_ON_ANSWER = "answered 500"  # shared.drain.core: the multi-PDB 500 stops a drain that had started
 VM_RUNGS = ("restart", "reimage")
 VMSS_REMOVALS = ("machine_deleted", "pool_deleted", "scale_down")
 NPD_RECHECK_WINDOW_S = 45.0  # NPD's first check after a boot (30 s) plus two driver steps and slack

@@ -14,7 +14,7 @@ from typing import Any
 
 
 class LinkedClock:
-    """``shared.clock.Clock`` over a manual simulator clock: ``now`` is cached, ``sleep`` advances it."""
+    """``shared.kernel.clock.Clock`` over a manual simulator clock: ``now`` is cached, ``sleep`` advances it."""
 
     def __init__(self, sim: Any) -> None:
         self._sim = sim

@@ -15,7 +15,7 @@ param storageTableEndpoint string
 param teamRequestsQueueEndpoint string
 param deploymentContainerName string
 param applicationInsightsConnectionString string
-@description('The steward\'s own settings (everything shared/settings.py reads).')
+@description('The steward\'s own settings (everything shared/kernel/settings.py reads).')
 param appSettings object
 @minValue(40)
 @maxValue(1000)
@@ -28,7 +28,7 @@ param maximumInstanceCount int = 40
 param instanceMemoryMB int = 2048
 param pythonVersion string = '3.11'
 
-// Read by the Functions host and the platform, not by the steward's code through shared.env:
+// Read by the Functions host and the platform, not by the steward's code through shared.kernel.env:
 // identity-based host storage (the queue bindings use connection "AzureWebJobsStorage" too),
 // Entra-authenticated telemetry, and the worker isolation the CloudEvent binding type needs.
 // Network: the app reaches storage, the topic, ARM and the clusters' API servers over their

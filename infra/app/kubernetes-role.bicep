@@ -1,6 +1,6 @@
 // Least privilege inside the clusters, for clusters that use Azure RBAC for Kubernetes
 // authorization: the data actions matching infra/kubernetes/clusterrole.yaml and role.yaml (which
-// tests/infra checks against shared.permissions.collect_kube_rules(shared.kube, scope=...)).
+// tests/infra checks against shared.adapters.permissions.collect_kube_rules(shared.adapters.kube, scope=...)).
 //
 // Two roles, as the Kubernetes side has a ClusterRole and a namespaced Role:
 // - `role` holds what the app does cluster-wide (nodes, pods, evictions, PodDisruptionBudgets) and is

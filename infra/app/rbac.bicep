@@ -26,7 +26,7 @@ var eventGridDataSender = 'd5a91429-5739-47e2-a06b-3470a27159e7'
 //   bindings (learn.microsoft.com/azure/azure-functions/functions-reference#grant-permission-to-the-identity).
 //   Queue Data Message Processor (read + process) and Message Sender (add) were assigned as well;
 //   their data actions are a subset of Contributor's, so they granted nothing more and are gone.
-// - Table Data Contributor: the ledger (shared/ledger.py: query, insert, ETag-guarded update).
+// - Table Data Contributor: the ledger (shared/adapters/ledger.py: query, insert, ETag-guarded update).
 var storageRoles = [
   storageBlobDataOwner
   storageQueueDataContributor

@@ -1,6 +1,6 @@
 // Least privilege on the Azure side: one custom role holding exactly the ARM actions the app's
-// adapters declare (shared/aks.py and shared/compute.py, @requires_arm). tests/infra checks that
-// this list equals shared.permissions.collect_arm_actions(shared.aks, shared.compute), so a new
+// adapters declare (shared/adapters/aks.py and shared/adapters/compute.py, @requires_arm). tests/infra checks that
+// this list equals shared.adapters.permissions.collect_arm_actions(shared.adapters.aks, shared.adapters.compute), so a new
 // ARM call without a matching line here fails CI.
 //
 // Assign it on each cluster (agent pools, machines, maintenance configurations, user credentials)
@@ -28,7 +28,7 @@ var actions = [
 // Linked resources: an agent-pool write naming a subnet (vnetSubnetID, podSubnetID), a public IP
 // prefix (nodePublicIPPrefixID) or a proximity placement group makes ARM check an action on that
 // resource too, else 403 LinkedAuthorizationFailed. tests/infra checks this list equals
-// shared.permissions.linked_actions(). A separate role, created only when such pools are in scope
+// shared.adapters.permissions.linked_actions(). A separate role, created only when such pools are in scope
 // (main.bicep linkedResourceGroupIds not empty) and assigned only on those resource groups
 // (app/linked-access.bicep): the cluster-scoped grant above could not reach them anyway.
 @description('Create the linked-resources role (custom VNets, public IP prefixes, proximity placement groups in scope).')

@@ -4,7 +4,7 @@
 //
 // - Each team: Storage Queue Data Message Sender (messages/add only) on its own queue, nothing else.
 //   It cannot read, delete or create queues, and cannot send to another team's queue, so the queue
-//   a message arrives on says which team sent it (shared/teams.py records that team as requester).
+//   a message arrives on says which team sent it (shared/pools/teams.py records that team as requester).
 // - The app: what its queue triggers need and no more (learn.microsoft.com/azure/azure-functions/
 //   functions-bindings-storage-queue-trigger#identity-based-connections: Storage Queue Data Reader +
 //   Storage Queue Data Message Processor) on each team queue, and Message Sender on each team's

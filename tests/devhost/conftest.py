@@ -68,7 +68,7 @@ class _FakeFleet:
     """What sim.eventgrid needs of the simulator's Fleet."""
 
     def __init__(self) -> None:
-        from shared.clock import SystemClock
+        from shared.kernel.clock import SystemClock
 
         self.clock = SystemClock()
         self.lock = threading.RLock()

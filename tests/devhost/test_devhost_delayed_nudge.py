@@ -1,7 +1,7 @@
 """With the timer a year away, a record due in N seconds is advanced about N seconds later: by its delayed nudge.
 
 The app's own reconcile functions (functions/reconcile.py) run under the local host against Azurite;
-the nudge goes through the real queue adapter (shared.nudge.QueueNudger) with a visibility timeout,
+the nudge goes through the real queue adapter (shared.kernel.nudge.QueueNudger) with a visibility timeout,
 and the host's queue listener delivers it once Azurite makes it visible. The record kind is a probe
 (a -> b, wait WAIT_S, -> done), so the test measures the wake-up, not a state machine.
 """
@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from devhost.host import Host
-from shared import reconciler, wiring
-from shared.clock import SystemClock
-from shared.context import Context
-from shared.ledger import InMemoryLedger
-from shared.nudge import QueueNudger
-from shared.ports import Record
+from shared import wiring
+from shared.adapters.ledger import InMemoryLedger
+from shared.kernel import reconciler
+from shared.kernel.clock import SystemClock
+from shared.kernel.context import Context
+from shared.kernel.nudge import QueueNudger
+from shared.kernel.ports import Record
 
 NUDGE_APP = Path(__file__).resolve().parent / "nudge_app"
 WAIT_S = 8.0  # longer than reconciler.HOLD_S, so the record is released and nudged rather than held

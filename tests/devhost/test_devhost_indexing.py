@@ -170,8 +170,8 @@ def test_the_cli_runs_the_app_for_a_while_and_reports_its_stats(tmp_path: Path, 
 
 def test_a_host_that_cannot_start_leaves_the_apps_clock_as_it_was(make_host: Callable[..., Host],
                                                                  tmp_path: Path) -> None:
-    from shared import clock as clocks
-    from shared.clock import ManualClock
+    from shared.kernel import clock as clocks
+    from shared.kernel.clock import ManualClock
 
     before = clocks.current()
     (tmp_path / "subs.json").write_text("{}")  # no subscription for the fake app's Event Grid function

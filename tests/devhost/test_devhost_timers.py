@@ -12,8 +12,8 @@ import pytest
 
 from devhost.host import Host
 from devhost.timers import ScheduleError, next_after, validate
-from shared import clock as clocks
-from shared.clock import ManualClock, ScaledClock
+from shared.kernel import clock as clocks
+from shared.kernel.clock import ManualClock, ScaledClock
 
 START = 1_764_684_005.0  # 2025-12-02T14:00:05Z
 

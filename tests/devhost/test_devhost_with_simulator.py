@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from devhost.host import Host, endpoint_settings
-from shared.clock import ScaledClock
+from shared.kernel.clock import ScaledClock
 
 testing = pytest.importorskip("sim.testing")
 

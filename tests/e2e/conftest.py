@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import devstack
-from shared.ports import Record
+from shared.kernel.ports import Record
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "pool_requests.yaml"
 PREVIEW_API = "2026-08-02-preview"  # shows every gpuProfile field, migStrategy included
@@ -49,7 +49,7 @@ class Fleet:
         self.ledger = stack.ledger()
         self.clusters = {c["name"]: c["id"] for c in stack.endpoints["clusters"]}
         self.queue_name = stack.team_queue()  # the first team of POOL_REQUEST_TEAMS (devstack.DEV_TEAMS)
-        from shared import teams
+        from shared.pools import teams
 
         #: the queue-trigger function of that team (one per team: functions/pool_requests.py)
         self.pool_request_function = teams.from_env(stack.settings)[0].function_name

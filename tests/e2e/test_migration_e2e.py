@@ -37,8 +37,8 @@ import pytest
 import yaml
 
 import devstack
-from shared.errors import NotFound
-from shared.ports import Record
+from shared.kernel.errors import NotFound
+from shared.kernel.ports import Record
 from sim.testing import SimError
 
 HERE = Path(__file__).resolve().parent

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.retry import DEFAULT_ATTEMPTS
+from shared.kernel.retry import DEFAULT_ATTEMPTS
 from tests.e2e.conftest import GET_POOL, PUT_POOL, Fleet, assert_no_disruption
 
 T4 = "Standard_NC4as_T4_v3"

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import pytest
 
 import devstack
-from shared import remediation
-from shared.ports import Record
+from shared.kernel.ports import Record
+from shared.remediation import core as remediation
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 SPEED = 20.0  # the remediation scenarios run their clocks 20x the wall (the crash drill 40x)

@@ -15,7 +15,7 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from fleetctl import cli, fleet, submit
-from shared.ports import ClusterInfo, Condition, NodeView, PoolInfo, Record
+from shared.kernel.ports import ClusterInfo, Condition, NodeView, PoolInfo, Record
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["submit", "requests", "status", "remediations", "breaker", "plan"]
@@ -49,7 +49,7 @@ def storage(storage_connection_string: str, names: Any, monkeypatch: pytest.Monk
 def ledger(storage: dict[str, str]) -> Any:
     from azure.data.tables import TableClient
 
-    from shared.ledger import TableLedger
+    from shared.adapters.ledger import TableLedger
 
     return TableLedger(TableClient.from_connection_string(storage["AzureWebJobsStorage"],
                                                           table_name=storage["LEDGER_TABLE"]))
@@ -273,7 +273,7 @@ def test_status_still_reports_the_ledger_when_the_fleet_cannot_be_reached(ledger
 
 def test_plan_prints_the_planners_table_or_json_and_changes_nothing(monkeypatch: pytest.MonkeyPatch,
                                                                     storage: dict[str, str]) -> None:
-    from shared import migration_plan
+    from shared.migration import plan as migration_plan
 
     plan = migration_plan.Plan(generated_at=1_764_684_000.0, items=(), skipped=())
     monkeypatch.setattr(fleet, "build_context", lambda: object())

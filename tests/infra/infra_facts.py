@@ -90,7 +90,7 @@ def _module_constants(tree: ast.Module) -> dict[str, Any]:
 
 
 def render_setting(value: Any) -> str:
-    """How a Python default is written as an app setting (the readers in shared/env.py invert this)."""
+    """How a Python default is written as an app setting (the readers in shared/kernel/env.py invert this)."""
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -2,7 +2,7 @@
 
 An agent-pool write naming a subnet, a public IP prefix or a proximity placement group makes ARM check
 an action on that resource (403 LinkedAuthorizationFailed without it). The actions are declared once,
-in shared.permissions.LINKED_POOL_ACTIONS; the deployment creates a separate role with exactly those
+in shared.adapters.permissions.LINKED_POOL_ACTIONS; the deployment creates a separate role with exactly those
 and grants it on the resource groups listed in ``linkedResourceGroupIds`` (and nowhere when empty).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from infra_facts import bicep, resource, resource_body, variable
 
-from shared.permissions import LINKED_POOL_ACTIONS, linked_actions
+from shared.adapters.permissions import LINKED_POOL_ACTIONS, linked_actions
 
 
 def test_the_linked_role_holds_exactly_the_linked_actions_the_code_declares() -> None:

@@ -1,7 +1,7 @@
 """The deployment grants exactly the permissions the code declares, on the scopes where it uses them.
 
 The code declares each ARM action and Kubernetes verb on the adapter method that needs it
-(shared.permissions.requires_arm / requires_kube / requires_kube_kinds), cluster-wide or in the app's
+(shared.adapters.permissions.requires_arm / requires_kube / requires_kube_kinds), cluster-wide or in the app's
 own namespace; the custom Azure role, the ClusterRole, the namespaced Role and the two Azure RBAC for
 Kubernetes roles are compared with those declarations, collected at test time.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from infra_facts import INFRA, FactError, bicep, load_yaml_documents, resource, resource_body, variable
 
-from shared.permissions import APP_NAMESPACE, CLUSTER, collect_arm_actions, collect_kube_rules
+from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_arm_actions, collect_kube_rules
 
 CLUSTER_ROLE = INFRA / "kubernetes" / "clusterrole.yaml"
 CLUSTER_ROLE_BINDING = INFRA / "kubernetes" / "clusterrolebinding.yaml"
@@ -37,11 +37,11 @@ def _import(name: str) -> ModuleType:
 
 
 def code_arm_actions() -> set[str]:
-    return collect_arm_actions(_import("shared.aks"), _import("shared.compute"))
+    return collect_arm_actions(_import("shared.adapters.aks"), _import("shared.adapters.compute"))
 
 
 def code_kube_rules(scope: str | None = None) -> set[tuple[str, str, str]]:
-    return collect_kube_rules(_import("shared.kube"), scope=scope)
+    return collect_kube_rules(_import("shared.adapters.kube"), scope=scope)
 
 
 def is_built_in(group: str) -> bool:
@@ -112,7 +112,7 @@ def cluster_role_rules() -> set[tuple[str, str, str]]:
 
 def test_the_custom_role_holds_exactly_the_arm_actions_the_code_declares() -> None:
     declared = code_arm_actions()
-    assert declared, "shared.aks and shared.compute declare no ARM action (expected @requires_arm on the adapters)"
+    assert declared, "the ARM adapters declare no ARM action (expected @requires_arm on the adapters)"
     granted = set(variable(bicep("app/steward-role.bicep"), "actions"))
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
                                  f"called but not granted: {sorted(declared - granted)}")
@@ -184,7 +184,7 @@ def test_every_grant_is_to_the_apps_identity() -> None:
 
 def test_the_cluster_role_grants_exactly_the_kubernetes_calls_the_code_declares() -> None:
     declared = code_kube_rules(CLUSTER)
-    assert declared, "shared.kube declares no Kubernetes call (expected @requires_kube on the adapter)"
+    assert declared, "shared.adapters.kube declares no Kubernetes call (expected @requires_kube on the adapter)"
     granted = cluster_role_rules()
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
                                  f"called but not granted: {sorted(declared - granted)}")
@@ -275,14 +275,14 @@ def test_the_manifests_are_where_the_docs_and_script_say() -> None:
 
 def test_the_namespaced_role_grants_exactly_the_calls_the_code_makes_in_its_namespace() -> None:
     declared = code_kube_rules(APP_NAMESPACE)
-    assert declared, "shared.kube declares no call in the app's namespace (leases, events, Jobs)"
+    assert declared, "shared.adapters.kube declares no call in the app's namespace (leases, events, Jobs)"
     granted = namespaced_role_rules()
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
                                  f"called but not granted: {sorted(declared - granted)}")
 
 
 def test_leases_events_and_jobs_are_granted_only_in_the_apps_namespace() -> None:
-    from shared.settings import DEFAULT_STEWARD_NAMESPACE
+    from shared.kernel.settings import DEFAULT_STEWARD_NAMESPACE
 
     namespace = the_one(NAMESPACE, "Namespace")
     assert namespace["metadata"]["name"] == DEFAULT_STEWARD_NAMESPACE
@@ -315,7 +315,7 @@ def test_the_role_binding_gives_the_role_to_the_apps_identity() -> None:
 
 
 def test_generic_object_methods_declare_per_kind_from_the_table_they_consult() -> None:
-    kube = _import("shared.kube")
+    kube = _import("shared.adapters.kube")
     for method, table, verbs in ((kube.KubeClient.create_object, kube.CREATE_KINDS, {"create"}),
                                  (kube.KubeClient.apply_object, kube.APPLY_KINDS, {"get", "create", "update"}),
                                  (kube.KubeClient.get_object, kube.READ_KINDS, {"get"}),

@@ -1,7 +1,7 @@
 """docs/security.md lists exactly the grants the code declares and the deployment makes.
 
 The grant tables of docs/security.md (each after a ``<!-- grants:NAME -->`` marker) are parsed and
-compared, row by row, with the declarations on the adapter methods (shared.permissions collectors,
+compared, row by row, with the declarations on the adapter methods (shared.adapters.permissions collectors,
 the same ones tests/infra/test_infra_permissions.py checks the deployment against), with
 infra/kubernetes/*.yaml and with the roles defined in infra/**.bicep. A grant or a call added on
 one side only, or a call named for the wrong grant, fails here: the document cannot drift.
@@ -27,7 +27,7 @@ from test_infra_permissions import (
     namespaced_role_rules,
 )
 
-from shared.permissions import APP_NAMESPACE, CLUSTER, LINKED_POOL_ACTIONS, linked_actions
+from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, LINKED_POOL_ACTIONS, linked_actions
 
 DOC = REPO / "docs" / "security.md"
 _CODE = re.compile(r"`([^`]*)`")
@@ -74,7 +74,7 @@ def _methods(*modules: ModuleType) -> Iterator[tuple[str, object]]:
 def kube_calls(scope: str) -> dict[tuple[str, str, str], set[str]]:
     """(group, resource, verb) granted in ``scope`` -> the methods declaring it."""
     out: dict[tuple[str, str, str], set[str]] = {}
-    for name, fn in _methods(_import("shared.kube")):
+    for name, fn in _methods(_import("shared.adapters.kube")):
         for group, resource, verbs, where in getattr(fn, "__kube_rules__", ()):
             if where == scope:
                 for verb in verbs:
@@ -84,7 +84,7 @@ def kube_calls(scope: str) -> dict[tuple[str, str, str], set[str]]:
 
 def arm_calls() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
-    for name, fn in _methods(_import("shared.aks"), _import("shared.compute")):
+    for name, fn in _methods(_import("shared.adapters.aks"), _import("shared.adapters.compute")):
         for action in getattr(fn, "__arm_actions__", ()):
             out.setdefault(action, set()).add(name)
     return out
@@ -110,7 +110,7 @@ def test_the_kubernetes_tables_are_the_declared_calls_and_the_manifests(
     declared = kube_calls(scope)
     _same(set(documented), set(declared), f"grants:{name} rules vs the code's declarations")
     _same(set(documented), manifest(), f"grants:{name} rules vs infra/kubernetes")
-    _same(set(documented), code_kube_rules(scope), f"grants:{name} rules vs shared.permissions.collect_kube_rules")
+    _same(set(documented), code_kube_rules(scope), f"grants:{name} rules vs shared.adapters.permissions.collect_kube_rules")
     for rule, calls in documented.items():
         _same(calls, declared[rule], f"grants:{name} calls for {rule}")
 
@@ -145,7 +145,7 @@ def test_the_arm_table_is_the_custom_roles_actions_with_the_methods_declaring_th
     assert len(documented) == len(rows), "an action is listed twice in grants:arm"
     _same(set(documented), set(variable(bicep("app/steward-role.bicep"), "actions")),
           "grants:arm vs infra/app/steward-role.bicep actions")
-    _same(set(documented), code_arm_actions(), "grants:arm vs shared.permissions.collect_arm_actions")
+    _same(set(documented), code_arm_actions(), "grants:arm vs shared.adapters.permissions.collect_arm_actions")
     _same(documented, arm_calls(), "grants:arm calls per action")
     for r in rows:  # VM actions are granted on the node resource group, everything else on the cluster
         where = "node resource group" if one(r["action"]).startswith("Microsoft.Compute/") else "each cluster"
@@ -158,10 +158,10 @@ def test_the_linked_table_is_the_linked_roles_actions_and_the_properties_that_ne
     expected: dict[str, set[str]] = {}
     for prop, action in LINKED_POOL_ACTIONS.items():
         expected.setdefault(action, set()).add(prop)
-    _same(documented, expected, "grants:arm-linked vs shared.permissions.LINKED_POOL_ACTIONS")
+    _same(documented, expected, "grants:arm-linked vs shared.adapters.permissions.LINKED_POOL_ACTIONS")
     _same(set(documented), set(variable(bicep("app/steward-role.bicep"), "linkedActions")),
           "grants:arm-linked vs infra/app/steward-role.bicep linkedActions")
-    _same(set(documented), linked_actions(), "grants:arm-linked vs shared.permissions.linked_actions")
+    _same(set(documented), linked_actions(), "grants:arm-linked vs shared.adapters.permissions.linked_actions")
     put = "Microsoft.ContainerService/managedClusters/agentPools/write"
     for r in rows:  # the linked check is made by ARM on the pool write: the call is the one that PUTs pools
         _same(set(code(r["call that needs it"])), arm_calls()[put], f"the call needing {one(r['action'])}")
@@ -191,7 +191,8 @@ def test_the_data_roles_table_names_every_built_in_role_the_deployment_assigns_w
 
 
 def test_every_call_named_in_the_grant_tables_exists() -> None:
-    names = {name for name, _ in _methods(_import("shared.aks"), _import("shared.compute"), _import("shared.kube"))}
+    adapters = (_import("shared.adapters.aks"), _import("shared.adapters.compute"), _import("shared.adapters.kube"))
+    names = {name for name, _ in _methods(*adapters)}
     for name in ("kube-cluster", "kube-namespace", "aks-data-cluster", "aks-data-namespace", "arm", "arm-linked"):
         for r in table(name):
             for call in code(r["call that needs it"]):

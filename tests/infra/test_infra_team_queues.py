@@ -4,7 +4,7 @@
   read, delete or create queues, and cannot write another team's queue.
 - The app reads and processes the team queues (*Reader* + *Message Processor*, what a queue
   trigger needs) and may only add to their ``-poison`` queues; it cannot send to a team queue.
-- The queues are created by the deployment, named as shared/teams.py names them, in an account
+- The queues are created by the deployment, named as shared/pools/teams.py names them, in an account
   apart from the host's; the host storage no longer holds a pool-request queue.
 """
 
@@ -14,7 +14,7 @@ import json
 
 from infra_facts import bicep, resolve, resource, resource_body, resources_of_type, variable
 
-from shared import teams
+from shared.pools import teams
 
 STORAGE_QUEUE_DATA_READER = "19e7f393-937e-4f77-808e-94535e297925"
 STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"

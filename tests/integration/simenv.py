@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from shared.settings import Settings, load
+from shared.kernel.settings import Settings, load
 from sim.testing import SimHandle, start_sim
 
 
 @contextmanager
 def sim_as_the_app(**start: Any) -> Iterator[SimHandle]:
     """``start_sim(**start)``, with the app's credential reading tokens from the simulator."""
-    from shared import identity
+    from shared.adapters import identity
 
     with start_sim(**start) as handle, pytest.MonkeyPatch.context() as mp:
         mp.setenv("IDENTITY_ENDPOINT", handle.endpoints["identity_endpoint"])

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import Conflict, Forbidden, Invalid, Throttled, Transient
-from shared.settings import Settings
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Conflict, Forbidden, Invalid, Throttled, Transient
+from shared.kernel.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -84,7 +84,7 @@ def test_discovery_finds_the_tagged_clusters_and_never_the_untagged_one(sim: Sim
 
 
 def test_pools_machines_and_maintenance_configurations_read_as_views(sim: SimHandle, access: Any) -> None:
-    from shared.compute import parse_vmss_vm_id
+    from shared.adapters.compute import parse_vmss_vm_id
 
     aks = access.aks()
     train = cluster_id(sim, "ml-train")
@@ -339,8 +339,8 @@ def test_karpenter_objects_apply_on_a_nap_cluster(sim: SimHandle, access: Any) -
 
 
 def test_events_are_published_as_cloudevents_with_our_source(sim: SimHandle, settings: Settings) -> None:
-    from shared.events import EventPublisher
-    from shared.identity import get_credential
+    from shared.adapters.events import EventPublisher
+    from shared.adapters.identity import get_credential
 
     publisher = EventPublisher(get_credential(settings), settings, clock=ManualClock())
     publisher.publish(type_="Steward.PoolRequest.Created", subject="/subscriptions/x/agentPools/gpu",
@@ -352,8 +352,8 @@ def test_events_are_published_as_cloudevents_with_our_source(sim: SimHandle, set
 
 
 def test_a_throttled_topic_surfaces_as_throttled(sim: SimHandle, settings: Settings) -> None:
-    from shared.events import EventPublisher
-    from shared.identity import get_credential
+    from shared.adapters.events import EventPublisher
+    from shared.adapters.identity import get_credential
 
     sim.control("POST", "/faults", {"target": "eventgrid", "status": 429, "retry_after": 120, "count": 1})
     with pytest.raises(Throttled) as raised:
@@ -387,7 +387,7 @@ def test_the_context_wires_ledger_adapters_and_events_together(sim: SimHandle, s
                                                                storage_connection_string: str) -> None:
     import dataclasses
 
-    from shared.ports import Record
+    from shared.kernel.ports import Record
     from shared.wiring import FleetAccess, build_context
 
     wired = dataclasses.replace(settings, storage_connection_string=storage_connection_string,
@@ -409,7 +409,7 @@ def test_a_wired_context_logs_with_correlation_ids_and_without_secrets(sim: SimH
     import dataclasses
     import logging
 
-    from shared import telemetry
+    from shared.kernel import telemetry
     from shared.wiring import build_context
 
     key = storage_connection_string.split("Account" "Key=", 1)[1].split(";", 1)[0]

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.clock import ManualClock
-from shared.errors import FeatureNotRegistered, OperationInProgress, QuotaExceeded
-from shared.ports import PoolInfo
-from shared.settings import Settings
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import FeatureNotRegistered, OperationInProgress, QuotaExceeded
+from shared.kernel.ports import PoolInfo
+from shared.kernel.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -89,7 +89,7 @@ def settled(aks: Any, cluster: str, pool: str, *, timeout_s: float = 30.0) -> Po
 
 def test_freezing_an_old_pool_through_the_adapter_keeps_the_fields_the_app_does_not_know(sim: SimHandle,
                                                                                        aks: Any) -> None:
-    from shared.pool_clone import frozen_old_pool
+    from shared.fleet.pool_clone import frozen_old_pool
 
     platform = cid(sim, "ml-platform")
     aks.begin_put_pool(platform, "frozen", {
@@ -108,7 +108,7 @@ def test_freezing_an_old_pool_through_the_adapter_keeps_the_fields_the_app_does_
 
 
 def test_a_surge_of_a_mig_pool_reads_and_writes_its_mig_fields_on_the_preview_api(sim: SimHandle, aks: Any) -> None:
-    from shared.remediation import _pool_body
+    from shared.remediation.core import _pool_body
 
     platform = cid(sim, "ml-platform")
     aks.begin_put_pool(platform, "migsurge", {"vmSize": A100, "count": 1, "mode": "User", "osType": "Linux",
@@ -142,7 +142,7 @@ def test_an_aks_pre_flight_quota_refusal_is_quota_exceeded(sim: SimHandle, aks: 
 
 def test_a_quota_refused_at_deployment_fails_the_pool_with_quota_exceeded_in_its_details(sim: SimHandle,
                                                                                           aks: Any) -> None:
-    from shared.pool_creation import provisioning_error
+    from shared.pools.creation import provisioning_error
 
     sim.control("POST", "/faults", {"target": "lro", "path": "agentPools/deployquota", "code": "QuotaExceeded",
                                     "count": 1, "message": "Operation could not be completed as it results in "
@@ -164,7 +164,7 @@ def test_a_write_while_the_pool_is_busy_is_operation_in_progress(sim: SimHandle,
 
 def test_deleting_a_machine_that_is_already_gone_is_done_without_reading_the_error_text(sim: SimHandle,
                                                                                         aks: Any) -> None:
-    from shared.errors import Invalid
+    from shared.kernel.errors import Invalid
 
     train = cid(sim, "ml-train")
     aks.begin_delete_machines(train, "gput4", ["aks-gput4-00000000-vmss00zzzz"])  # never existed: nothing to do

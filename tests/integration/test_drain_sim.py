@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from shared import drain, remediation
-from shared.clock import ScaledClock
-from shared.ledger import InMemoryLedger
-from shared.ports import Record
-from shared.remediation_policy import RemediationPolicy
-from shared.settings import Settings
+from shared.adapters.ledger import InMemoryLedger
+from shared.drain import core as drain
+from shared.kernel.clock import ScaledClock
+from shared.kernel.ports import Record
+from shared.kernel.settings import Settings
+from shared.remediation import core as remediation
+from shared.remediation.policy import RemediationPolicy
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -160,7 +161,7 @@ def test_a_node_with_an_unmanaged_pod_is_refused_before_any_eviction_is_sent(sim
                                                                             clock: ScaledClock) -> None:
     import dataclasses
 
-    from shared.context import Context
+    from shared.kernel.context import Context
 
     kube = access.kube(cid)
     nodes = gpu_nodes(kube)

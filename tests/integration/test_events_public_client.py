@@ -1,9 +1,9 @@
-"""shared.events publishes through the public azure.eventgrid client, and keeps its transport settings.
+"""shared.adapters.events publishes through the public azure.eventgrid client, and keeps its transport settings.
 
 The public ``EventGridPublisherClient`` drops constructor keyword arguments for a basic topic, so the
 CA bundle, the timeouts and ``retry_total=0`` travel with each send. These tests run the real client
 against the simulated topic: the CloudEvent arrives (so the CA bundle was used: the simulator's
-certificate is signed by its own CA), a 503 is *not* retried inside the SDK (shared.retry decides),
+certificate is signed by its own CA), a 503 is *not* retried inside the SDK (shared.kernel.retry decides),
 and the per-request options leave no warnings in the log.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import Transient
-from shared.settings import Settings
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Transient
+from shared.kernel.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -53,8 +53,8 @@ def published(sim: SimHandle) -> list[dict[str, Any]]:
 
 
 def publisher(settings: Settings, *, attempts: int = 3) -> Any:
-    from shared.events import EventPublisher
-    from shared.identity import get_credential
+    from shared.adapters.events import EventPublisher
+    from shared.adapters.identity import get_credential
 
     return EventPublisher(get_credential(settings), settings, clock=ManualClock(), retry_attempts=attempts)
 
@@ -70,9 +70,9 @@ def test_the_publisher_imports_only_the_public_eventgrid_api() -> None:
 
 @pytest.fixture(params=["plain-records", "telemetry-records"])
 def record_factory(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Both ways a record can reach the SDK's logger: plain, and through shared.telemetry's factory (which
+    """Both ways a record can reach the SDK's logger: plain, and through shared.kernel.telemetry's factory (which
     folds the arguments into the message when it scrubs it, as it does in the running app)."""
-    from shared import telemetry
+    from shared.kernel import telemetry
 
     original = logging.getLogRecordFactory()
     installed = telemetry._installed

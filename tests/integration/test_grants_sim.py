@@ -3,10 +3,10 @@
 One in-process simulator (HTTPS, manual clock) authorizes the app's identity exactly as infra/ grants it
 (sim/rbac.py over infra/kubernetes/*.yaml, sim/armrbac.py over infra/app/steward-role.bicep). For
 every Kubernetes rule verb (ClusterRole and the namespaced Role) and every ARM action, the test drives
-the production adapter method that needs it (shared.kube.KubeClient, shared.aks.AksClient,
-shared.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
+the production adapter method that needs it (shared.adapters.kube.KubeClient, shared.adapters.aks.AksClient,
+shared.adapters.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
 raises the project's Forbidden naming the verb and resource, or the action; with it back, the same call
-goes through. The tables are checked against the declarations (shared.permissions) so that a new grant
+goes through. The tables are checked against the declarations (shared.adapters.permissions) so that a new grant
 without a test here fails.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import Forbidden
-from shared.permissions import APP_NAMESPACE, CLUSTER, collect_kube_rules
-from shared.settings import load
+from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_kube_rules
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Forbidden
+from shared.kernel.settings import load
 
 if importlib.util.find_spec("sim.server") is None:  # pragma: no cover
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)
@@ -87,10 +87,10 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from shared import identity
-    from shared.aks import AksClient
-    from shared.compute import ComputeClient
-    from shared.kube import KubeClient
+    from shared.adapters import identity
+    from shared.adapters.aks import AksClient
+    from shared.adapters.compute import ComputeClient
+    from shared.adapters.kube import KubeClient
 
     fleet = build_fleet(SCENARIO)
     rbac.use_azure_rbac(fleet.cluster(SUB, "rg-gpu", "azrbac"))
@@ -200,10 +200,10 @@ EVENT_RULE = (APP_NAMESPACE, "", "events", "create")  # best effort: refused, it
 
 
 def test_every_kubernetes_grant_has_a_driver_here() -> None:
-    import shared.kube
+    import shared.adapters.kube
 
     declared = {(scope, *rule) for scope in (CLUSTER, APP_NAMESPACE)
-                for rule in collect_kube_rules(shared.kube, scope=scope)}
+                for rule in collect_kube_rules(shared.adapters.kube, scope=scope)}
     assert set(KUBE_DRIVERS) | {EVENT_RULE} == declared
 
 

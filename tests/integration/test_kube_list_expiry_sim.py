@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
+from shared.kernel.clock import ManualClock
 from sim.testing import SimHandle, start_sim
 
 AKS_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
@@ -53,7 +53,7 @@ class _SimCredential:
 def _kube(sim: SimHandle, *, expire_before_request: int) -> tuple[Any, list[Mapping[str, Any]]]:
     """A real KubeClient whose ``expire_before_request``-th node page request (1-based) is preceded by
     the sim clock moving on by two compaction intervals: its continue token is then expired."""
-    from shared.kube import KubeClient
+    from shared.adapters.kube import KubeClient
 
     with open(sim.ca_bundle, "rb") as f:  # as ARM's listClusterUserCredential hands it out: CA inline
         ca = base64.b64encode(f.read()).decode()
@@ -93,7 +93,7 @@ def test_a_node_list_whose_token_expires_mid_list_starts_again_and_hands_over_ea
 
 
 def test_a_pod_list_whose_token_expires_mid_list_is_listed_again_from_scratch(sim: SimHandle) -> None:
-    from shared.kube import KubeClient
+    from shared.adapters.kube import KubeClient
 
     kube, _ = _kube(sim, expire_before_request=0)
     assert isinstance(kube, KubeClient)
@@ -115,8 +115,8 @@ def test_a_pod_list_whose_token_expires_mid_list_is_listed_again_from_scratch(si
 
 
 def test_the_sweep_counts_each_node_once_when_the_list_restarts(sim: SimHandle) -> None:
-    from shared import sweep
-    from shared.remediation_policy import RemediationPolicy
+    from shared.remediation import sweep
+    from shared.remediation.policy import RemediationPolicy
 
     everyone = all_node_names(sim)
     kube, calls = _kube(sim, expire_before_request=3)

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.errors import Conflict, Invalid
-from shared.ledger import PROPERTY_LIMIT_BYTES, InMemoryLedger, TableLedger, decode_key, encode_key, to_entity
-from shared.ports import LedgerPort, Record
+from shared.adapters.ledger import PROPERTY_LIMIT_BYTES, InMemoryLedger, TableLedger, decode_key, encode_key, to_entity
+from shared.kernel.errors import Conflict, Invalid
+from shared.kernel.ports import LedgerPort, Record
 
 
 def _table_ledger(connection: str) -> TableLedger:
@@ -229,7 +229,7 @@ def test_key_encoding_is_reversible_and_table_safe(value: str) -> None:
 
 
 def test_the_ledger_connects_from_settings_and_creates_its_table_once(storage_connection_string: str) -> None:
-    from shared.settings import Settings
+    from shared.kernel.settings import Settings
 
     settings = Settings(subscriptions=("11111111-1111-1111-1111-111111111111",),
                         eventgrid_topic_endpoint="https://eg.example", storage_connection_string=storage_connection_string,
@@ -276,7 +276,7 @@ MAPPED = [
 @pytest.mark.parametrize(("make", "expected", "retry_after"), [m[1:] for m in MAPPED], ids=[m[0] for m in MAPPED])
 def test_storage_errors_map_to_the_projects_errors(make: Callable[[], Exception], expected: str,
                                                    retry_after: float | None) -> None:
-    from shared.ledger import map_table_error
+    from shared.adapters.ledger import map_table_error
 
     mapped = map_table_error(make(), what="op")
     assert type(mapped).__name__ == expected
@@ -284,6 +284,6 @@ def test_storage_errors_map_to_the_projects_errors(make: Callable[[], Exception]
 
 
 def test_a_programming_error_is_not_disguised_as_a_storage_error() -> None:
-    from shared.ledger import map_table_error
+    from shared.adapters.ledger import map_table_error
 
     assert map_table_error(KeyError("x"), what="op") is None

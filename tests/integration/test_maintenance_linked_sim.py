@@ -2,8 +2,8 @@
 refused for a linked permission.
 
 One in-process simulator (sim.server.SimServer over HTTPS, manual clock) is shared by the module; the
-app side is the production code: shared.wiring.FleetAccess -> shared.aks (azure-mgmt-containerservice)
--> shared.maintenance.window_open.
+app side is the production code: shared.wiring.FleetAccess -> shared.adapters.aks (azure-mgmt-containerservice)
+-> shared.migration.maintenance.window_open.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import Forbidden, LinkedAuthorizationFailed
-from shared.maintenance import window_open
-from shared.migration_policy import MigrationPolicy
-from shared.settings import load
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Forbidden, LinkedAuthorizationFailed
+from shared.kernel.settings import load
+from shared.migration.maintenance import window_open
+from shared.migration.policy import MigrationPolicy
 
 if importlib.util.find_spec("sim.server") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)
@@ -56,7 +56,7 @@ class Sim:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    from shared import identity
+    from shared.adapters import identity
 
     state = tmp_path_factory.mktemp("sim-h4a")
     fleet = Fleet(seed=5, clock=SimClock(manual=True))

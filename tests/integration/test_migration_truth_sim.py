@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.clock import ManualClock
-from shared.migration import _pool_refusal, record_for
-from shared.migration_plan import body_problems, plan, pool_ineligibility, record_problems
-from shared.migration_policy import MigrationPolicy
-from shared.settings import Settings
+from shared.kernel.clock import ManualClock
+from shared.kernel.settings import Settings
+from shared.migration.core import _pool_refusal, record_for
+from shared.migration.plan import body_problems, plan, pool_ineligibility, record_problems
+from shared.migration.policy import MigrationPolicy
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -46,7 +46,7 @@ def settings(sim: SimHandle) -> Settings:
 
 
 def test_each_planned_record_passes_the_steps_re_checks_against_the_pool_arm_returns(settings: Settings) -> None:
-    from shared import gpu_sizes, scope
+    from shared.fleet import gpu_sizes, scope
     from shared.wiring import FleetAccess
 
     aks = FleetAccess(settings, clock=ManualClock()).aks()

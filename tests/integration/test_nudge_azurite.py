@@ -1,6 +1,6 @@
 """The delayed nudge against Azure Queue storage (Azurite): hidden until due, then readable by the host.
 
-What the reconciler's unit tests take on trust from :class:`shared.nudge.RecordingNudger` is checked
+What the reconciler's unit tests take on trust from :class:`shared.kernel.nudge.RecordingNudger` is checked
 here on the real client and service: the visibility timeout is set (the message is not delivered
 early), the body decodes as host.json's ``messageEncoding: base64`` says, a missing queue is
 created, and a storage failure comes back as a project error the reconciler can log and ignore.
@@ -16,9 +16,9 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from devhost.queues import decode_body
-from shared.clock import ManualClock
-from shared.errors import StewardError
-from shared.nudge import QueueNudger
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import StewardError
+from shared.kernel.nudge import QueueNudger
 
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.node_fate import going_away
+from shared.fleet.node_fate import going_away
+from shared.kernel.clock import ManualClock
 from sim.testing import SimHandle
 from tests.integration.simenv import app_settings, sim_as_the_app
 

@@ -1,4 +1,4 @@
-"""The write gate (shared.gate) and ARM's If-Match, with the real adapters against the simulator (issue 11).
+"""The write gate (shared.fleet.gate) and ARM's If-Match, with the real adapters against the simulator (issue 11).
 
 Every write through the wired access (shared.wiring.FleetAccess) re-checks at the point of the call
 that the cluster is in scope and not paused, and that a VM sits in its cluster's node resource group:
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import Conflict
-from shared.settings import Settings
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Conflict
+from shared.kernel.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
@@ -84,7 +84,7 @@ def writes(sim: SimHandle) -> dict[str, int]:
 
 
 def test_a_pool_write_to_a_cluster_outside_the_scope_is_refused_before_any_request(sim: SimHandle, access: Any) -> None:
-    from shared.gate import OutOfScope
+    from shared.fleet.gate import OutOfScope
 
     foreign = cid(sim, "gate-foreign")
     before = writes(sim)
@@ -100,7 +100,7 @@ def test_a_pool_write_to_a_cluster_outside_the_scope_is_refused_before_any_reque
 
 def test_writes_to_a_paused_cluster_are_refused_before_any_request_and_reads_still_pass(sim: SimHandle,
                                                                                         access: Any) -> None:
-    from shared.gate import Paused
+    from shared.fleet.gate import Paused
 
     paused = cid(sim, "gate-paused")
     before = writes(sim)
@@ -128,7 +128,7 @@ def test_writes_to_a_paused_cluster_are_refused_before_any_request_and_reads_sti
 
 def test_a_vm_in_another_clusters_node_resource_group_is_refused_before_any_request(sim: SimHandle,
                                                                                    access: Any) -> None:
-    from shared.gate import ForeignVm
+    from shared.fleet.gate import ForeignVm
 
     ok, foreign = cid(sim, "gate-ok"), cid(sim, "gate-foreign")
     theirs = access.aks().list_machines(foreign, "gpu")[0].resource_id
@@ -147,7 +147,7 @@ def test_a_vm_in_another_clusters_node_resource_group_is_refused_before_any_requ
 
 
 def test_with_steward_paused_nothing_is_sent_not_even_the_cluster_read(sim: SimHandle) -> None:
-    from shared.gate import Paused
+    from shared.fleet.gate import Paused
     from shared.wiring import FleetAccess
 
     access = FleetAccess(_settings(sim, STEWARD_PAUSED="true"), clock=ManualClock())

@@ -19,7 +19,7 @@ from sim.testing import SimHandle, start_sim
 
 
 class SimTime:
-    """shared.clock.Clock over the simulator's manual clock."""
+    """shared.kernel.clock.Clock over the simulator's manual clock."""
 
     def __init__(self, sim: SimHandle) -> None:
         self.sim = sim
@@ -48,10 +48,10 @@ class Recorded:
 @contextlib.contextmanager
 def steward_on(scenario: dict[str, Any], **settings: str) -> Iterator[tuple[SimHandle, Any]]:
     """Start the simulator with ``scenario`` (its clock must be manual) and a Context wired to it."""
-    from shared import identity
-    from shared.context import Context
-    from shared.ledger import InMemoryLedger
-    from shared.settings import load
+    from shared.adapters import identity
+    from shared.adapters.ledger import InMemoryLedger
+    from shared.kernel.context import Context
+    from shared.kernel.settings import load
     from shared.wiring import FleetAccess
 
     with start_sim(scenario=scenario) as sim, pytest.MonkeyPatch.context() as mp:
@@ -77,7 +77,8 @@ def steward_on(scenario: dict[str, Any], **settings: str) -> Iterator[tuple[SimH
 
 def sweep_and_admit(ctx: Any) -> list[str]:
     """One sweep; every Unhealthy fault it reports is delivered to the Event Grid handler."""
-    from shared import remediation, sweep
+    from shared.remediation import core as remediation
+    from shared.remediation import sweep
 
     before = len(ctx.events.published)
     sweep.sweep(ctx)
@@ -92,7 +93,8 @@ def sweep_and_admit(ctx: Any) -> list[str]:
 
 def run_remediations(ctx: Any, *, max_rounds: int = 300, watch: Any = None) -> list[Any]:
     """Advance the remediation records until none is active; ``watch(ctx)`` runs after every round."""
-    from shared import reconciler, remediation
+    from shared.kernel import reconciler
+    from shared.remediation import core as remediation
 
     for _ in range(max_rounds):
         reconciler.reconcile_once(ctx, modules={"remediation": remediation})

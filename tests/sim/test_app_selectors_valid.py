@@ -15,9 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import health, migration, nap, pool_creation, remediation
-from shared.pool_request import POOL_NAME
-from shared.remediation_policy import GPU_NODE_SELECTOR, RemediationPolicy
+from shared.migration import core as migration
+from shared.pools import creation as pool_creation
+from shared.pools import nap
+from shared.pools.request import POOL_NAME
+from shared.remediation import core as remediation
+from shared.remediation import health
+from shared.remediation.policy import GPU_NODE_SELECTOR, RemediationPolicy
 from sim.kube_api import _parse_field_selector
 from sim.model import match_requirements, parse_label_selector
 
@@ -29,7 +33,7 @@ NODE_NAMES = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?(\.[a-z0-9]([-a
 
 
 def _node(labels: dict[str, str]) -> Any:
-    from shared.ports import NodeView
+    from shared.kernel.ports import NodeView
 
     return NodeView(name="n", uid="u", resource_version="1", labels=labels, annotations={}, unschedulable=False,
                     taints=(), conditions=(), allocatable={}, capacity={}, created=0.0)
@@ -64,13 +68,13 @@ def test_a_nodes_pool_selector_parses_whatever_valid_label_value_its_pool_label_
 @settings(max_examples=200, deadline=None)
 @given(NODE_NAMES)
 def test_the_pod_lists_node_field_selector_parses_for_any_node_name(name: str) -> None:
-    from shared.kube import _escape_field_value
+    from shared.adapters.kube import _escape_field_value
 
     assert _parse_field_selector(f"spec.nodeName={_escape_field_value(name)}", "pods") == [("spec.nodeName", "=", name)]
 
 
 def test_a_node_name_with_selector_characters_is_escaped_not_refused() -> None:
-    from shared.kube import _escape_field_value
+    from shared.adapters.kube import _escape_field_value
 
     odd = "a,b=c\\d"
     assert _parse_field_selector(f"spec.nodeName={_escape_field_value(odd)}", "pods") == [("spec.nodeName", "=", odd)]

@@ -5,7 +5,7 @@
   planned-maintenance, "Deprecated properties"); ``startDate`` defaults to the date the window was
   created, and stays.
 - An agent-pool PUT naming a subnet, a public IP prefix or a proximity placement group is refused with
-  403 ``LinkedAuthorizationFailed`` unless the app's role (shared.permissions) grants the linked action.
+  403 ``LinkedAuthorizationFailed`` unless the app's role (shared.adapters.permissions) grants the linked action.
 
 In-process, on a manual sim clock.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shared.permissions import collect_arm_actions, linked_actions, steward_role_actions
+from shared.adapters.permissions import collect_arm_actions, linked_actions, steward_role_actions
 from sim.arm import ArmApi, granted_arm_actions
 from sim.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
@@ -123,12 +123,12 @@ def test_a_window_without_start_date_gets_the_creation_date_and_keeps_it(arm: Ar
 
 
 def test_the_simulator_grants_the_role_the_project_declares() -> None:
-    import shared.aks
-    import shared.compute
+    import shared.adapters.aks
+    import shared.adapters.compute
 
     fleet = Fleet(seed=1, clock=SimClock(manual=True))
     assert granted_arm_actions(fleet) == steward_role_actions()
-    assert steward_role_actions() == collect_arm_actions(shared.aks, shared.compute) | linked_actions()
+    assert steward_role_actions() == collect_arm_actions(shared.adapters.aks, shared.adapters.compute) | linked_actions()
     fleet.revoked_arm_actions = {JOIN_SUBNET}
     assert JOIN_SUBNET not in granted_arm_actions(fleet)
 

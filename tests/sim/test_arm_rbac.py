@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shared.permissions import steward_role_actions
+from shared.adapters.permissions import steward_role_actions
 from sim import armrbac
 from sim.arm import ArmApi, granted_arm_actions
 from sim.http import Headers, Request, Response

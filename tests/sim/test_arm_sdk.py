@@ -353,7 +353,7 @@ def test_a_429_reaches_a_caller_that_does_not_retry_with_its_retry_after(sim: Si
 # --------------------------------------------------------------------------- Event Grid
 # For a basic topic the public EventGridPublisherClient builds its inner (legacy) client without the
 # keyword arguments (connection_verify, retry_total). These simulator tests use the inner client
-# for brevity; the app uses the public client and passes those per send (shared/events.py,
+# for brevity; the app uses the public client and passes those per send (shared/adapters/events.py,
 # tests/integration/test_events_public_client.py).
 
 

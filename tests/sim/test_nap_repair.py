@@ -84,7 +84,7 @@ def test_deleting_a_nodeclaim_terminates_its_node_and_a_pending_pod_gets_a_new_o
 
 
 def test_the_app_finds_and_repairs_a_nap_gpu_node_by_deleting_its_nodeclaim() -> None:
-    from shared import remediation
+    from shared.remediation import core as remediation
     from tests.sim.steward_on_sim import run_remediations, steward_on, sweep_and_admit
 
     settings = {"REMEDIATION_DEFAULT_THRESHOLD_S": "0", "REMEDIATION_STARTUP_GRACE_S": "0"}

@@ -52,7 +52,7 @@ def gpu_vm(ctx: Any, sim: SimHandle, index: int = 0) -> str:
 
 def test_a_locked_node_resource_group_denies_restart_and_reimage_with_403_mapped_by_code(
         wired: tuple[SimHandle, Any]) -> None:
-    from shared.compute import VmActionDenied
+    from shared.adapters.compute import VmActionDenied
 
     sim, ctx = wired
     vm = gpu_vm(ctx, sim)
@@ -72,7 +72,7 @@ def test_a_locked_node_resource_group_denies_restart_and_reimage_with_403_mapped
 def test_a_deallocated_vm_refuses_a_restart_with_409_operation_not_allowed(wired: tuple[SimHandle, Any]) -> None:
     from kubernetes import client
 
-    from shared.compute import VmActionImpossible
+    from shared.adapters.compute import VmActionImpossible
 
     sim, ctx = wired
     vm = gpu_vm(ctx, sim, 1)
@@ -102,7 +102,7 @@ def test_the_lock_endpoint_and_the_scenario_field_are_validated(wired: tuple[Sim
 
 
 def test_the_app_escalates_a_denied_restart_to_replace_through_the_aks_api() -> None:
-    from shared import remediation
+    from shared.remediation import core as remediation
     from tests.sim.steward_on_sim import run_remediations, steward_on, sweep_and_admit
 
     settings = {"REMEDIATION_DEFAULT_THRESHOLD_S": "0", "REMEDIATION_STARTUP_GRACE_S": "0"}

@@ -203,7 +203,7 @@ def run_request(sim: SimHandle, ctx: Any, request_id: str, pool: str, *, seen: l
                 core: client.CoreV1Api) -> Any:
     """Accept a request with validateWorkload and advance it (and the clock) until it ends; every pod
     seen in the app's namespace meanwhile is appended to ``seen``."""
-    from shared.pool_creation import KIND, TERMINAL_STATES, accept, advance
+    from shared.pools.creation import KIND, TERMINAL_STATES, accept, advance
 
     body = {"schemaVersion": "1", "requestId": request_id, "requester": "team-vision@contoso.com",
             "cluster": sim.cluster("psa")["id"], "poolName": pool, "vmSize": T4, "count": 1, "validateWorkload": True}
@@ -241,8 +241,8 @@ def test_the_apps_sample_job_runs_under_restricted_in_its_own_namespace_and_prov
 
 def test_a_same_named_complete_job_someone_else_made_is_refused_and_left_in_place(
         wired: tuple[SimHandle, Any], core: client.CoreV1Api, batch: client.BatchV1Api) -> None:
-    from shared.pool_creation import job_name
-    from shared.pool_request import PoolRequest
+    from shared.pools.creation import job_name
+    from shared.pools.request import PoolRequest
 
     sim, ctx = wired
     name = job_name(PoolRequest(schema_version="1", request_id="psa-squatted", requester="x",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared.ledger import InMemoryLedger
-from shared.ports import Record
+from shared.adapters.ledger import InMemoryLedger
+from shared.kernel.ports import Record
 from soak.crash import CrashingLedger, HostCrashed
 from soak.generate import generate
 from soak.invariants import Evidence, check_budgets, check_ledger, check_oracles, check_outcomes, check_repairs, pool_budget

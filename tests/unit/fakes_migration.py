@@ -5,7 +5,8 @@ is a ManualClock. Long-running operations complete ``op_s`` seconds after they a
 nodes turn Ready ``ready_s`` after that. Evicted pods leave after their grace period and their
 controller recreates them as pending pods, which a small scheduler binds to a Ready, schedulable
 node whose taints they tolerate, whose labels match their nodeSelector and that has free GPUs.
-Left real: the ledger (InMemoryLedger), shared.events.RecordingEvents, the migration code, shared.stack and shared.drain.
+Left real: the ledger (InMemoryLedger), shared.adapters.events.RecordingEvents, the migration code,
+shared.fleet.stack and shared.drain.core.
 
 Oracles the tests read: ``killed`` (pods removed with their node rather than evicted),
 ``pdb_violations`` (evictions granted that broke a PDB), ``arm_writes`` (PUT/DELETE/deleteMachines).
@@ -20,9 +21,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.clock import ManualClock
-from shared.errors import Conflict, Invalid, NotFound, QuotaExceeded
-from shared.ports import (
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Conflict, Invalid, NotFound, QuotaExceeded
+from shared.kernel.ports import (
     ClusterInfo,
     Condition,
     EvictionResult,
@@ -102,7 +103,7 @@ class FakeFleet:
             props["eTag"] = f'"{next(self.etags)}"'
 
     def check_if_match(self, method: str, cid: str, pool: str, etag: str | None) -> None:
-        """If-Match: 412 (raised as Conflict, as shared.aks does) when the pool's eTag is not ``etag``."""
+        """If-Match: 412 (raised as Conflict, as shared.adapters.aks does) when the pool's eTag is not ``etag``."""
         if etag is None:
             return
         self.if_match.append((method, pool, etag))

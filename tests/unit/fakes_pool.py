@@ -2,7 +2,7 @@
 
 What is faked: ARM (clusters, agent pools with provisioningState, PUTs recorded), one Kubernetes
 API per cluster (nodes, arbitrary objects such as Jobs and Karpenter objects) and the Event Grid
-publisher. What is real: the ledger (shared.ledger.InMemoryLedger), the clock (ManualClock), the
+publisher. What is real: the ledger (shared.adapters.ledger.InMemoryLedger), the clock (ManualClock), the
 validation, the builders and the state machine. ``materialise`` plays the part of AKS bringing up
 a pool's nodes the way the simulator does (labels, allocatable GPUs, NPD conditions by profile).
 """
@@ -14,14 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import gpu_sizes
-from shared.clock import ManualClock
-from shared.context import Context
-from shared.errors import Conflict, NotFound
-from shared.ledger import InMemoryLedger
-from shared.pool_policy import PoolRequestPolicy
-from shared.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
-from shared.settings import Settings
+from shared.adapters.ledger import InMemoryLedger
+from shared.fleet import gpu_sizes
+from shared.kernel.clock import ManualClock
+from shared.kernel.context import Context
+from shared.kernel.errors import Conflict, NotFound
+from shared.kernel.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
+from shared.kernel.settings import Settings
+from shared.pools.policy import PoolRequestPolicy
 
 SUB = "00000000-0000-0000-0000-000000000001"
 OTHER_SUB = "00000000-0000-0000-0000-0000000000ff"

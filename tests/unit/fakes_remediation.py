@@ -2,7 +2,7 @@
 
 Faked: the Kubernetes API of each cluster (nodes, pods, evictions, events, leases), ARM (clusters,
 pools, machines, delete-machines, pool PUTs), VMSS restart/reimage and the Event Grid publisher.
-Left real: the ledger (``shared.ledger.InMemoryLedger``), the settings dataclass, the policies,
+Left real: the ledger (``shared.adapters.ledger.InMemoryLedger``), the settings dataclass, the policies,
 the reconciler and every decision. A repair "works" or "fails" per rung as the test says, so a test
 reads like the fleet's story: which rung heals, which PDB blocks, which quota is missing.
 """
@@ -16,11 +16,11 @@ from typing import Any
 
 import msgspec
 
-from shared.clock import ManualClock
-from shared.context import Context
-from shared.errors import Conflict, Invalid, NotFound
-from shared.ledger import InMemoryLedger
-from shared.ports import (
+from shared.adapters.ledger import InMemoryLedger
+from shared.kernel.clock import ManualClock
+from shared.kernel.context import Context
+from shared.kernel.errors import Conflict, Invalid, NotFound
+from shared.kernel.ports import (
     ClusterInfo,
     Condition,
     EvictionResult,
@@ -31,8 +31,8 @@ from shared.ports import (
     PoolInfo,
     Taint,
 )
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
-from shared.settings import Settings
+from shared.kernel.settings import Settings
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 
 SUB = "00000000-0000-0000-0000-000000000001"
 CLUSTER = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
@@ -415,7 +415,7 @@ class Fleet:
                        instance=instance)
 
     def handle(self, event: Mapping[str, Any], ctx: Context | None = None) -> str:
-        from shared import remediation
+        from shared.remediation import core as remediation
 
         return remediation.handle_event(event, ctx or self.ctx())
 
@@ -426,7 +426,7 @@ class Fleet:
 def unhealthy_event(node: NodeView | str, *, fleet: Fleet, condition: str = DEVICE_PLUGIN, since: float | None = None,
                     observed_at: float | None = None, source: str = SOURCE, cluster: str = CLUSTER) -> dict[str, Any]:
     """The CloudEvent the sweep would publish for ``node`` (taking the transition time from the node)."""
-    from shared import remediation
+    from shared.remediation import core as remediation
 
     n = fleet.kube.nodes[node] if isinstance(node, str) else node
     cond = n.condition(condition)
@@ -441,7 +441,8 @@ def unhealthy_event(node: NodeView | str, *, fleet: Fleet, condition: str = DEVI
 
 def run_until_settled(fleet: Fleet, ctx: Context | None = None, *, max_rounds: int = 400) -> list[str]:
     """Drive the real reconciler over the fleet's ledger, jumping the clock to the next due record."""
-    from shared import reconciler, remediation
+    from shared.kernel import reconciler
+    from shared.remediation import core as remediation
 
     context = ctx or fleet.ctx()
     modules = {"remediation": remediation}

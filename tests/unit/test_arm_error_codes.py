@@ -1,6 +1,6 @@
 """Issue 10, AKS/ARM 7: ARM refusals become specific error types chosen by *code*, never by message text.
 
-The adapter (shared.aks.map_arm_error) reads ARM's ``error.code`` and the codes of ``error.details[]``
+The adapter (shared.adapters.aks.map_arm_error) reads ARM's ``error.code`` and the codes of ``error.details[]``
 (AKS wraps Compute's refusal in a deployment error), so the core can ``except QuotaExceeded`` instead
 of searching a message for "quota". The error bodies below are the real shapes: AKS's pre-flight
 ``InsufficientVCPUQuota`` (1ChristianAlex/motordesk#14), Compute's ``QuotaExceeded`` inside
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-from shared.aks import error_of_detail, map_arm_error
-from shared.errors import (
+from shared.adapters.aks import error_of_detail, map_arm_error
+from shared.kernel.errors import (
     AllocationFailed,
     Conflict,
     FeatureNotRegistered,

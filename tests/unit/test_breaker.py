@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared import breaker
-from shared.remediation_policy import RemediationPolicy
+from shared.remediation import breaker
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import Fleet
 
 NOW = 1_764_684_000.0

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import budget
-from shared.remediation_policy import RemediationPolicy
+from shared.remediation import budget
+from shared.remediation.policy import RemediationPolicy
 
 NOW = 1_764_684_000.0
 

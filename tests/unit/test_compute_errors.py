@@ -1,4 +1,4 @@
-"""shared.compute maps VM action errors by ARM's error code, never by message text."""
+"""shared.adapters.compute maps VM action errors by ARM's error code, never by message text."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from shared import compute
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, Throttled, Transient
+from shared.adapters import compute
+from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound, Throttled, Transient
 
 
 class _Response:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import drain
-from shared.ports import EvictionResult
-from shared.remediation_policy import RemediationPolicy
+from shared.drain import core as drain
+from shared.kernel.ports import EvictionResult
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import make_pod
 
 NOW = 1_764_684_000.0

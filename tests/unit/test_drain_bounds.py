@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import drain
-from shared.kube import classify_eviction_error
-from shared.ports import EvictionResult, PodView
-from shared.remediation_policy import RemediationPolicy
+from shared.adapters.kube import classify_eviction_error
+from shared.drain import core as drain
+from shared.kernel.ports import EvictionResult, PodView
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import make_pod
 
 NOW = 1_764_684_000.0

@@ -15,10 +15,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import drain, remediation
-from shared.errors import Forbidden
-from shared.ports import EvictionResult
-from shared.remediation_policy import RemediationPolicy
+from shared.drain import core as drain
+from shared.kernel.errors import Forbidden
+from shared.kernel.ports import EvictionResult
+from shared.remediation import core as remediation
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import Fleet, make_pod, run_until_settled, unhealthy_event
 
 NODE = "aks-gpu-1"
@@ -70,8 +71,8 @@ class _Credential:
 
 
 def _client(core: _Core) -> Any:
-    from shared.clock import ManualClock
-    from shared.kube import KubeClient
+    from shared.adapters.kube import KubeClient
+    from shared.kernel.clock import ManualClock
 
     kubeconfig = b"""apiVersion: v1
 kind: Config
@@ -173,7 +174,7 @@ def test_a_dry_run_says_the_node_would_be_refused() -> None:
 
 
 def test_a_migration_refuses_the_pool_before_evicting_on_any_node() -> None:
-    from shared.migration import run_planner
+    from shared.migration.core import run_planner
     from tests.unit.test_migration import World, assert_safe
 
     world = World()
@@ -269,8 +270,8 @@ def test_two_pdbs_seen_up_front_refuse_the_node_without_an_eviction() -> None:
 def test_a_migration_whose_budget_never_frees_up_blocks_after_the_pdb_blocked_timeout() -> None:
     import dataclasses
 
-    from shared.migration import run_planner
-    from shared.migration_policy import MigrationPolicy
+    from shared.migration.core import run_planner
+    from shared.migration.policy import MigrationPolicy
     from tests.unit.test_migration import World, assert_safe
 
     world = World(policy=MigrationPolicy(enabled=True, strategy="surge", drain_timeout_s=7200),

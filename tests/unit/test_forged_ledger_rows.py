@@ -17,15 +17,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import migration, pool_creation
-from shared.migration_plan import migration_id
-from shared.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
-from shared.pool_creation import KIND as POOL_REQUEST
-from shared.pool_creation import accept
-from shared.pool_spec import TAG_REQUEST_ID
-from shared.ports import PoolInfo, Record
-from shared.reconciler import reconcile_once
-from shared.teams import Team
+from shared.fleet.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
+from shared.kernel.ports import PoolInfo, Record
+from shared.kernel.reconciler import reconcile_once
+from shared.migration import core as migration
+from shared.migration.plan import migration_id
+from shared.pools import creation as pool_creation
+from shared.pools.creation import KIND as POOL_REQUEST
+from shared.pools.creation import accept
+from shared.pools.spec import TAG_REQUEST_ID
+from shared.pools.teams import Team
 from tests.unit.fakes_pool import CLUSTER, make_world, message
 from tests.unit.test_migration import NOW, World, t4_pool
 

@@ -4,7 +4,7 @@ Whoever can write the ledger table can write a migration row in ``planned``, ``c
 ``validating``, ``cordoning``, ``draining`` or ``rolling_back``, naming any pool. Before any write,
 every step re-derives from ARM what the planner would: the pool must be an unmanaged NVIDIA Linux
 User pool, not MIG, of the recorded size, in a cluster of the fleet's scope (the planner's own rule,
-shared.migration_plan.pool_ineligibility); its replacement, when it exists, the managed pool this
+shared.migration.plan.pool_ineligibility); its replacement, when it exists, the managed pool this
 app tagged for it; and the row must agree with itself (its id, the replacement's name, the body).
 Otherwise the record ends ``blocked`` with the reason and a Blocked event, and nothing is created,
 cordoned, drained, scaled or deleted. Also here: the If-Match on the migration's writes to existing
@@ -19,13 +19,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import migration
-from shared.migration import run_planner
-from shared.migration_plan import is_replacement_name, migration_id, record_problems
-from shared.migration_policy import MigrationPolicy
-from shared.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
-from shared.ports import PoolInfo, Record
-from shared.reconciler import reconcile_once
+from shared.fleet.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
+from shared.kernel.ports import PoolInfo, Record
+from shared.kernel.reconciler import reconcile_once
+from shared.migration import core as migration
+from shared.migration.core import run_planner
+from shared.migration.plan import is_replacement_name, migration_id, record_problems
+from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import FakeAks
 from tests.unit.test_migration import NOW, World, t4_pool
 

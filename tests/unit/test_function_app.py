@@ -14,7 +14,8 @@ from azure.functions.timer import TimerRequest
 
 import function_app
 from functions import pool_requests
-from shared import entrypoints, teams
+from shared import entrypoints
+from shared.pools import teams
 
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
 

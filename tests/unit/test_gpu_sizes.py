@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared import gpu_sizes
-from shared.gpu_sizes import SizeKind
+from shared.fleet import gpu_sizes
+from shared.fleet.gpu_sizes import SizeKind
 
 
 @pytest.mark.parametrize(("size", "model", "gpus", "vcpus", "family"), [

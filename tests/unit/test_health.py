@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from shared import health
-from shared.ports import Taint
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, GPU_MISSING, XID, RemediationPolicy
+from shared.kernel.ports import Taint
+from shared.remediation import health
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, GPU_MISSING, XID, RemediationPolicy
 from tests.unit.fakes_remediation import T0, make_node
 
 NOW = T0

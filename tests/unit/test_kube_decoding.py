@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.errors import Invalid
-from shared.kube import (
+from shared.adapters.kube import (
     OBJECT_KINDS,
     decode_node,
     decode_node_list,
@@ -25,7 +24,8 @@ from shared.kube import (
     parse_quantity,
     server_and_ca,
 )
-from shared.ports import NodeView
+from shared.kernel.errors import Invalid
+from shared.kernel.ports import NodeView
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -124,7 +124,7 @@ def _ts(value: Any) -> float | None:
 
 def expected_node(model: Any) -> NodeView:
     """What the kubernetes client's V1Node model says, in the shape of a NodeView."""
-    from shared.ports import Condition, Taint
+    from shared.kernel.ports import Condition, Taint
 
     meta, spec, status = model.metadata, model.spec, model.status
     return NodeView(
@@ -278,8 +278,8 @@ users:
 
 
 def test_supported_object_kinds_are_declared_with_their_permissions() -> None:
-    from shared import kube
-    from shared.permissions import collect_kube_rules
+    from shared.adapters import kube
+    from shared.adapters.permissions import collect_kube_rules
 
     rules = collect_kube_rules(kube)
     # per kind, only what the app does with it (issue 11): Jobs are created, read and deleted, never

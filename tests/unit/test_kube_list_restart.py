@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.errors import Transient
+from shared.kernel.errors import Transient
 
 EXPIRED_410 = {
     "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
@@ -74,8 +74,8 @@ class _Credential:
 
 
 def _client(*, get_json: Callable[[str, Mapping[str, Any]], bytes] | None = None, core: Any = None) -> Any:
-    from shared.clock import ManualClock
-    from shared.kube import KubeClient
+    from shared.adapters.kube import KubeClient
+    from shared.kernel.clock import ManualClock
 
     kubeconfig = b"""apiVersion: v1
 kind: Config

@@ -1,6 +1,6 @@
 """The sweep's fast node decoding says what the kubernetes client's models say, timestamps included.
 
-shared.kube decodes list pages straight into ``ports.Condition`` / ``ports.Taint``; a condition keeps
+shared.adapters.kube decodes list pages straight into ``ports.Condition`` / ``ports.Taint``; a condition keeps
 ``lastTransitionTime`` as text and parses it (through a small bounded cache) only when it is read. A
 page the strict shapes refuse (a null ``reason``, ``message`` or taint ``value``) is decoded again the
 tolerant way. These tests pin both paths and the cache to the reference: ``ApiClient.deserialize``.
@@ -15,10 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import health, kube, ports
-from shared.kube import decode_node, decode_node_list
-from shared.ports import NodeView
-from shared.remediation_policy import RemediationPolicy
+from shared.adapters import kube
+from shared.adapters.kube import decode_node, decode_node_list
+from shared.kernel import ports
+from shared.kernel.ports import NodeView
+from shared.remediation import health
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.test_kube_decoding import _client_models, _node_list, expected_node, node_json, plain, plain_all
 
 kubernetes = pytest.importorskip("kubernetes")

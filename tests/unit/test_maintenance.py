@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.env import SettingError
-from shared.maintenance import parse_window, window_open
-from shared.migration_policy import MigrationPolicy
+from shared.kernel.env import SettingError
+from shared.migration.maintenance import parse_window, window_open
+from shared.migration.policy import MigrationPolicy
 
 
 def at(text: str) -> float:

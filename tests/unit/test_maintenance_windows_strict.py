@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from shared.maintenance import window_open
-from shared.migration_policy import MigrationPolicy
+from shared.migration.maintenance import window_open
+from shared.migration.policy import MigrationPolicy
 
 # 2026-12-05 is a Saturday, 2026-12-06 a Sunday, 2026-12-02 a Wednesday.
 

@@ -1,6 +1,6 @@
 """A migration moves every workload to a managed replacement safely, resumably, and only when allowed.
 
-Real: shared.migration, shared.migration_plan, shared.reconciler, shared.stack, shared.drain, the
+Real: shared.migration.core, shared.migration.plan, shared.kernel.reconciler, shared.fleet.stack, shared.drain.core, the
 InMemoryLedger and RecordingEvents. Faked (tests/unit/fakes_migration.py): ARM and Kubernetes, over
 one small fleet model whose clock is a ManualClock.
 """
@@ -12,19 +12,19 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import migration
-from shared.clock import ManualClock
-from shared.context import Context
-from shared.errors import Transient
-from shared.events import RecordingEvents
-from shared.ledger import InMemoryLedger
-from shared.migration import MIGRATION_ANNOTATION, NodeShape, advance, fit_problems, quantity, run_planner
-from shared.migration_plan import TERMINAL_STATES, item_from_record, migration_id
-from shared.migration_policy import MigrationPolicy
-from shared.pool_clone import MANAGED_GPU_PROFILE
-from shared.ports import PodView, Record, Taint
-from shared.reconciler import reconcile_once
-from shared.settings import Settings
+from shared.adapters.events import RecordingEvents
+from shared.adapters.ledger import InMemoryLedger
+from shared.fleet.pool_clone import MANAGED_GPU_PROFILE
+from shared.kernel.clock import ManualClock
+from shared.kernel.context import Context
+from shared.kernel.errors import Transient
+from shared.kernel.ports import PodView, Record, Taint
+from shared.kernel.reconciler import reconcile_once
+from shared.kernel.settings import Settings
+from shared.migration import core as migration
+from shared.migration.core import MIGRATION_ANNOTATION, NodeShape, advance, fit_problems, quantity, run_planner
+from shared.migration.plan import TERMINAL_STATES, item_from_record, migration_id
+from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import SUB, FakeAccess, FakeFleet
 
 NOW = 1_764_684_000.0  # 2025-12-02T14:00Z, a Tuesday

@@ -1,7 +1,7 @@
 """What a migration drill on the simulator found: permanent errors must surface, the plan says when a
 pool loses its autoscaler, and spot pools are sized against the low-priority (Spot) vCPU quota.
 
-Real: shared.migration, shared.migration_plan, shared.reconciler, fleetctl's status text, the
+Real: shared.migration.core, shared.migration.plan, shared.kernel.reconciler, fleetctl's status text, the
 InMemoryLedger and RecordingEvents. Faked: ARM and Kubernetes (tests/unit/fakes_migration.py).
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from fleetctl import cli, records
-from shared import migration
-from shared.errors import Forbidden, Invalid, Transient
-from shared.migration import run_planner
-from shared.migration_plan import plan, render_table, to_json
-from shared.migration_policy import MigrationPolicy
-from shared.ports import ClusterInfo, PoolInfo, Record
-from shared.reconciler import DEFAULT_MAX_PERMANENT_TRIES, ReconcileReport, advance_record, reconcile_once
+from shared.kernel.errors import Forbidden, Invalid, Transient
+from shared.kernel.ports import ClusterInfo, PoolInfo, Record
+from shared.kernel.reconciler import DEFAULT_MAX_PERMANENT_TRIES, ReconcileReport, advance_record, reconcile_once
+from shared.migration import core as migration
+from shared.migration.core import run_planner
+from shared.migration.plan import plan, render_table, to_json
+from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import FakeKube, cluster_id
 from tests.unit.test_migration import World
 
@@ -164,7 +164,7 @@ def test_the_plan_says_when_a_pool_will_lose_its_autoscaler() -> None:
 
 
 def test_a_replacement_that_keeps_its_autoscaler_is_shown_as_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared import migration_plan
+    from shared.migration import plan as migration_plan
 
     def clone(pool: PoolInfo, *, new_name: str) -> dict[str, Any]:
         return {"count": 3, "enableAutoScaling": True, "minCount": 2, "maxCount": 6}
@@ -189,7 +189,7 @@ SPOT = {"scaleSetPriority": "Spot", "scaleSetEvictionPolicy": "Delete", "spotMax
     ("eastus:standardNCASv3_T4Family=1000", "rolling", "low-priority (Spot) vCPU headroom unknown"),
 ], ids=["spot-quota-short", "family-quota-irrelevant", "spot-quota-unknown"])
 def test_a_spot_pool_is_sized_against_the_low_priority_quota(headroom: str, strategy: str, why: str) -> None:
-    from shared.migration_policy import parse_headroom
+    from shared.migration.policy import parse_headroom
 
     policy = MigrationPolicy(max_concurrent=10, gpu_vcpu_headroom=parse_headroom("H", headroom))
     [item] = make_plan([gpu_pool("spot", **SPOT)], policy).items
@@ -198,7 +198,7 @@ def test_a_spot_pool_is_sized_against_the_low_priority_quota(headroom: str, stra
 
 
 def test_spot_and_regular_pools_draw_on_separate_headrooms() -> None:
-    from shared.migration_policy import parse_headroom
+    from shared.migration.policy import parse_headroom
 
     # 12 vCPUs in each quota: both 12-vCPU replacements surge, neither eats the other's headroom.
     policy = MigrationPolicy(max_concurrent=10, gpu_vcpu_headroom=parse_headroom(
@@ -209,7 +209,7 @@ def test_spot_and_regular_pools_draw_on_separate_headrooms() -> None:
 
 
 def test_the_quota_family_of_the_t4_size_is_what_the_test_assumes() -> None:
-    from shared import gpu_sizes
+    from shared.fleet import gpu_sizes
 
     assert gpu_sizes.lookup("Standard_NC4as_T4_v3").family == "standardNCASv3_T4Family"
 
@@ -217,7 +217,7 @@ def test_the_quota_family_of_the_t4_size_is_what_the_test_assumes() -> None:
 
 
 def test_the_replacement_of_a_spot_pool_lists_the_spot_taint_once_and_not_the_reserved_label() -> None:
-    from shared.migration import _body_taints
+    from shared.migration.core import _body_taints
 
     [item] = make_plan([gpu_pool("spot", **SPOT)]).items
     assert item.body["nodeTaints"].count("kubernetes.azure.com/scalesetpriority=spot:NoSchedule") == 1

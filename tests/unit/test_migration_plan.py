@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from shared.migration_plan import migration_id, plan, render_table, to_json
-from shared.migration_policy import MigrationPolicy
-from shared.pool_clone import MANAGED_GPU_PROFILE
-from shared.ports import ClusterInfo, PoolInfo, Record
+from shared.fleet.pool_clone import MANAGED_GPU_PROFILE
+from shared.kernel.ports import ClusterInfo, PoolInfo, Record
+from shared.migration.plan import migration_id, plan, render_table, to_json
+from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import cluster_id
 
 NOW = 1_764_684_000.0  # 2025-12-02T14:00Z, a Tuesday

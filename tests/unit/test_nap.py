@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from shared import gpu_sizes, nap
-from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import PoolRequest, ValidatedRequest, parse_and_validate
+from shared.fleet import gpu_sizes
+from shared.pools import nap
+from shared.pools.policy import PoolRequestPolicy
+from shared.pools.request import PoolRequest, ValidatedRequest, parse_and_validate
 from tests.unit.fakes_pool import NAP_CLUSTER, message
 
 

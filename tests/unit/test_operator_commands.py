@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from shared import breaker, commands
-from shared.clock import ManualClock
-from shared.context import Context
-from shared.errors import Invalid
-from shared.ledger import InMemoryLedger
-from shared.ports import Record
-from shared.reconciler import reconcile_once
-from shared.settings import Settings
+from shared import commands
+from shared.adapters.ledger import InMemoryLedger
+from shared.kernel.clock import ManualClock
+from shared.kernel.context import Context
+from shared.kernel.errors import Invalid
+from shared.kernel.ports import Record
+from shared.kernel.reconciler import reconcile_once
+from shared.kernel.settings import Settings
+from shared.remediation import breaker
 from tests.unit.fakes_remediation import FakeEvents
 
 NOW = 1_764_684_000.0

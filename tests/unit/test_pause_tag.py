@@ -14,13 +14,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import migration, pool_creation, scope
-from shared.errors import Forbidden, Invalid
-from shared.migration import advance as advance_migration
-from shared.migration import run_planner
-from shared.migration_plan import TERMINAL_STATES as MIGRATION_TERMINAL
-from shared.reconciler import reconcile_once
-from shared.remediation_policy import PAUSED_TAG
+from shared.fleet import scope
+from shared.kernel.errors import Forbidden, Invalid
+from shared.kernel.reconciler import reconcile_once
+from shared.migration import core as migration
+from shared.migration.core import advance as advance_migration
+from shared.migration.core import run_planner
+from shared.migration.plan import TERMINAL_STATES as MIGRATION_TERMINAL
+from shared.pools import creation as pool_creation
+from shared.remediation.policy import PAUSED_TAG
 from tests.unit.fakes_pool import CLUSTER, make_world, materialise, message
 from tests.unit.test_migration import World
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.pool_clone import (
+from shared.fleet.pool_clone import (
     COPIED,
     MANAGED_GPU_PROFILE,
     NAME_PATTERN,
@@ -19,7 +19,7 @@ from shared.pool_clone import (
     frozen_old_pool,
     replacement_name,
 )
-from shared.ports import PoolInfo
+from shared.kernel.ports import PoolInfo
 
 CID = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from shared import pool_creation
-from shared.errors import Conflict, Invalid, Transient
-from shared.pool_creation import ACTIVE_STATES, KIND, TERMINAL_STATES, accept, advance, job_name
-from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import PoolRequest
-from shared.ports import Record
-from shared.reconciler import reconcile_once
+from shared.kernel.errors import Conflict, Invalid, Transient
+from shared.kernel.ports import Record
+from shared.kernel.reconciler import reconcile_once
+from shared.pools import creation as pool_creation
+from shared.pools.creation import ACTIVE_STATES, KIND, TERMINAL_STATES, accept, advance, job_name
+from shared.pools.policy import PoolRequestPolicy
+from shared.pools.request import PoolRequest
 from tests.unit.fakes_pool import (
     CLUSTER,
     NAP_CLUSTER,

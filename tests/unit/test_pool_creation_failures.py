@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from shared import pool_creation
-from shared.env import SettingError
-from shared.errors import FeatureNotRegistered, OperationInProgress
-from shared.pool_creation import KIND, accept
-from shared.pool_policy import PoolRequestPolicy
-from shared.ports import OwnerRef, PodView, Record
-from shared.reconciler import reconcile_once
+from shared.kernel.env import SettingError
+from shared.kernel.errors import FeatureNotRegistered, OperationInProgress
+from shared.kernel.ports import OwnerRef, PodView, Record
+from shared.kernel.reconciler import reconcile_once
+from shared.pools import creation as pool_creation
+from shared.pools.creation import KIND, accept
+from shared.pools.policy import PoolRequestPolicy
 from tests.unit.fakes_pool import CLUSTER, World, make_world, materialise, message
 
 MODULES = {"pool-request": pool_creation}

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from shared.ledger import PROPERTY_LIMIT_BYTES, to_entity
-from shared.pool_creation import KIND, RECORD_START_BUDGET_BYTES, accept
-from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import HEAD_BYTES, Rejection, ValidatedRequest, escape_head, parse_and_validate
+from shared.adapters.ledger import PROPERTY_LIMIT_BYTES, to_entity
+from shared.pools.creation import KIND, RECORD_START_BUDGET_BYTES, accept
+from shared.pools.policy import PoolRequestPolicy
+from shared.pools.request import HEAD_BYTES, Rejection, ValidatedRequest, escape_head, parse_and_validate
 from tests.unit.fakes_pool import CLUSTER, make_world, message, request
 
 POLICY = PoolRequestPolicy()
@@ -183,9 +183,9 @@ def test_a_message_with_hundreds_of_problems_is_still_recorded_and_says_how_many
 
 
 def test_a_request_accepted_at_the_edge_of_the_budget_can_still_record_a_long_failure() -> None:
-    from shared import pool_creation
-    from shared.errors import Invalid
-    from shared.reconciler import reconcile_once
+    from shared.kernel.errors import Invalid
+    from shared.kernel.reconciler import reconcile_once
+    from shared.pools import creation as pool_creation
 
     world = make_world()
     # Grow the tags until the request is as large as accept() still takes.

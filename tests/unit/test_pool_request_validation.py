@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import gpu_sizes
-from shared.env import SettingError
-from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import PoolRequest, Rejection, ValidatedRequest, parse_and_validate
+from shared.fleet import gpu_sizes
+from shared.kernel.env import SettingError
+from shared.pools.policy import PoolRequestPolicy
+from shared.pools.request import PoolRequest, Rejection, ValidatedRequest, parse_and_validate
 from tests.unit.fakes_pool import CLUSTER, OTHER_SUB, cluster_id, message, request
 
 POLICY = PoolRequestPolicy()

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.pool_policy import PoolRequestPolicy
-from shared.pool_request import PoolRequest, ValidatedRequest, parse_and_validate
-from shared.pool_spec import (
+from shared.pools.policy import PoolRequestPolicy
+from shared.pools.request import PoolRequest, ValidatedRequest, parse_and_validate
+from shared.pools.spec import (
     SPOT_TAINT,
     TAG_MANAGED_GPU,
     TAG_REQUEST_ID,

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from shared import gate
-from shared.aks import AksClient
-from shared.compute import ComputeClient
-from shared.kube import KubeClient
-from shared.ports import AksPort, ComputePort, KubePort
+from shared.adapters.aks import AksClient
+from shared.adapters.compute import ComputeClient
+from shared.adapters.kube import KubeClient
+from shared.fleet import gate
+from shared.kernel.ports import AksPort, ComputePort, KubePort
 
 PAIRS = [(KubePort, KubeClient), (KubePort, gate.GatedKube), (AksPort, AksClient), (AksPort, gate.GatedAks),
          (ComputePort, ComputeClient), (ComputePort, gate.GatedCompute)]

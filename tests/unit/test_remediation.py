@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import health, remediation
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.remediation import core as remediation
+from shared.remediation import health
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import (
     CLUSTER,
     T0,
@@ -200,7 +201,7 @@ def test_ten_of_twenty_unhealthy_never_exceed_the_pool_budget() -> None:
 
 
 def test_ten_of_twenty_unhealthy_open_the_breaker_and_refuse_remediation() -> None:
-    from shared import sweep
+    from shared.remediation import sweep
 
     fleet = Fleet()
     fleet.pool(20, unhealthy=range(10), since=fleet.clock.now() - 301)
@@ -368,7 +369,7 @@ def test_an_autoscaled_pool_is_replaced_by_delete_only_and_the_autoscaler_owns_i
 
 
 def test_events_observed_before_a_breaker_reset_are_refused_as_stale() -> None:
-    from shared import breaker
+    from shared.remediation import breaker
 
     fleet = one_broken()
     event = unhealthy_event("aks-gpu-1", fleet=fleet)
@@ -390,8 +391,8 @@ def test_an_admission_that_crashed_before_noting_the_attempt_is_repaired_not_rep
 
 
 def test_metrics_cover_detection_drain_repair_and_in_flight() -> None:
-    from shared import sweep
-    from shared.telemetry import Telemetry
+    from shared.kernel.telemetry import Telemetry
+    from shared.remediation import sweep
 
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
@@ -410,7 +411,7 @@ def test_metrics_cover_detection_drain_repair_and_in_flight() -> None:
 
 
 def test_the_policy_reads_its_settings_and_names_the_bad_one() -> None:
-    from shared.env import SettingError
+    from shared.kernel.env import SettingError
 
     policy = RemediationPolicy.from_env({
         "REMEDIATION_CONDITIONS": "XIDErrors,GPUMissing", "REMEDIATION_THRESHOLDS": "XIDErrors=0",
@@ -430,7 +431,7 @@ def test_the_policy_reads_its_settings_and_names_the_bad_one() -> None:
 
 
 def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.errors import OperationInProgress
+    from shared.kernel.errors import OperationInProgress
 
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
     real_put = fleet.aks.begin_put_pool
@@ -439,7 +440,7 @@ def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: p
     def put(cluster_id: str, pool: str, body: dict, *, preview: bool = False, etag: str | None = None) -> None:
         if busy["left"]:
             busy["left"] -= 1
-            # what shared.aks.map_arm_error makes of AKS's 409 OperationNotAllowed
+            # what shared.adapters.aks.map_arm_error makes of AKS's 409 OperationNotAllowed
             raise OperationInProgress("Operation is not allowed: Another operation (Upgrading) is in progress "
                                       "on agent pool 'gpu'")
         real_put(cluster_id, pool, body, preview=preview, etag=etag)
@@ -452,7 +453,7 @@ def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: p
 
 
 def test_a_cluster_without_the_lease_namespace_still_remediates(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.errors import NotFound
+    from shared.kernel.errors import NotFound
 
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
@@ -570,7 +571,7 @@ def test_a_restart_that_was_saved_as_requested_but_never_issued_is_issued_once_o
 
 
 def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.errors import Transient
+    from shared.kernel.errors import Transient
 
     fleet = one_broken(RemediationPolicy(ladder=("restart",)))
     fleet.compute.outcomes["restart"] = "heals"

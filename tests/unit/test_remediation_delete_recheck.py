@@ -2,7 +2,7 @@
 
 AKS's deleteMachines takes no If-Match, so the only guard is to look again right before the call:
 the machine must still be the node of the record (its uid), a machine of the User GPU pool admitted,
-with the VM admitted (``arm_vm_id``, resolved from ARM by shared.node_truth), in the cluster's own
+with the VM admitted (``arm_vm_id``, resolved from ARM by shared.fleet.node_truth), in the cluster's own
 node resource group. If ARM says otherwise, no machine is deleted and the remediation ends refused.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
-from shared import remediation
-from shared.ports import Record
-from shared.remediation_policy import RemediationPolicy
+from shared.kernel.ports import Record
+from shared.remediation import core as remediation
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import SUB, Fleet, make_pod, unhealthy_event, vm_id
 
 

@@ -18,11 +18,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import health, node_fate, remediation
-from shared.compute import VmActionDenied, VmActionImpossible
-from shared.errors import OperationInProgress
-from shared.ports import NodeView, Taint
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.adapters.compute import VmActionDenied, VmActionImpossible
+from shared.fleet import node_fate
+from shared.kernel.errors import OperationInProgress
+from shared.kernel.ports import NodeView, Taint
+from shared.remediation import core as remediation
+from shared.remediation import health
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import SUB, T0, Fleet, make_node, make_pod, run_until_settled, unhealthy_event, with_condition
 
 EV = remediation.EVENT_PREFIX
@@ -142,7 +144,7 @@ def test_the_node_stays_cordoned_through_npds_start_up_false() -> None:
     npd = NpdAfterReboot(fleet, first_check_s=55.0)
     fleet.compute = npd  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    from shared import reconciler
+    from shared.kernel import reconciler
 
     ctx = fleet.ctx()
     restarted_at = None
@@ -236,7 +238,7 @@ def test_a_denied_rung_without_replace_on_the_ladder_gives_up_saying_why() -> No
 def test_a_vm_busy_forever_moves_the_ladder_on_at_the_rung_timeout() -> None:
     policy = RemediationPolicy(rung_timeouts_s={"restart": 300, "reimage": 300, "replace": 3600})
     fleet = one_broken(policy)
-    # What the adapter makes of a 409 that says another operation runs (shared.aks.map_arm_error).
+    # What the adapter makes of a 409 that says another operation runs (shared.adapters.aks.map_arm_error).
     fleet.compute = Refusing(OperationInProgress("another operation is in progress"))  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     start = fleet.clock.now()

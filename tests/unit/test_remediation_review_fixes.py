@@ -1,4 +1,4 @@
-"""Review fixes of the remediation ladder (shared/remediation.py, shared/compute.py).
+"""Review fixes of the remediation ladder (shared/remediation/core.py, shared/adapters/compute.py).
 
 Each test here failed before its fix: the NodeClaim wait bounded by the replace rung's timeout, a busy
 pool while restoring the count, admission's free checks before ARM reads, the admitted VM and Node
@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from shared import remediation
-from shared.remediation_policy import RemediationPolicy
+from shared.remediation import core as remediation
+from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import Fleet, run_until_settled, unhealthy_event
 from tests.unit.test_remediation_ladder_strict import NAP_PROVIDER, Refusing, karpenter, remediation_record
 
@@ -47,7 +47,7 @@ def test_a_karpenter_node_that_is_never_terminated_gives_up_at_the_replace_timeo
 
 
 def test_a_busy_pool_while_restoring_the_count_is_waited_for_not_raised() -> None:
-    from shared.errors import OperationInProgress
+    from shared.kernel.errors import OperationInProgress
     from tests.unit.fakes_remediation import make_pod
 
     fleet = Fleet(policy=RemediationPolicy(ladder=("replace",), surge=False))
@@ -83,7 +83,7 @@ def test_a_busy_pool_while_restoring_the_count_is_waited_for_not_raised() -> Non
 
 
 def test_a_stale_backlog_after_a_breaker_reset_costs_no_arm_read() -> None:
-    from shared import breaker
+    from shared.remediation import breaker
     from tests.unit.fakes_remediation import make_pod
 
     fleet = Fleet()
@@ -138,7 +138,7 @@ def _step_until_repairing(fleet: Fleet) -> Any:
 
 
 def test_a_node_that_re_registered_after_the_drain_is_not_restarted() -> None:
-    from shared import node_truth
+    from shared.fleet import node_truth
 
     fleet = _one_broken()
     fleet.compute.outcomes["restart"] = "heals"
@@ -155,7 +155,7 @@ def test_a_node_that_re_registered_after_the_drain_is_not_restarted() -> None:
 
 
 def test_a_vm_other_than_the_admitted_one_is_not_reimaged() -> None:
-    from shared import node_truth
+    from shared.fleet import node_truth
     from tests.unit.fakes_remediation import SUB
 
     other_vm = (f"/subscriptions/{SUB}/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachineScaleSets/vmss"
@@ -172,7 +172,7 @@ def test_a_vm_other_than_the_admitted_one_is_not_reimaged() -> None:
 
 
 def test_a_requested_restart_is_watched_without_reading_arm_and_re_read_only_to_issue_it_again() -> None:
-    from shared.errors import Transient
+    from shared.kernel.errors import Transient
     from tests.unit.fakes_remediation import vm_id
 
     policy = RemediationPolicy(ladder=("restart",))
@@ -220,7 +220,7 @@ def test_a_requested_restart_is_watched_without_reading_arm_and_re_read_only_to_
 
 
 def test_the_replace_count_writes_are_conditional_on_the_pool_etag_as_read() -> None:
-    """A guard for the etag=shared.aks.pool_etag(pool) refactor (no behaviour change): the surge PUT carries
+    """A guard for the etag=shared.adapters.aks.pool_etag(pool) refactor (no behaviour change): the surge PUT carries
     the pool's eTag as read, so a pool changed since is answered 412 instead of overwritten."""
     fleet = _one_broken(RemediationPolicy(ladder=("replace",)))
     get_pool, put_pool = fleet.aks.get_pool, fleet.aks.begin_put_pool
@@ -247,7 +247,7 @@ def test_the_replace_count_writes_are_conditional_on_the_pool_etag_as_read() -> 
 
 
 def test_operation_not_allowed_on_a_running_node_is_waited_for_until_the_rung_timeout() -> None:
-    from shared.compute import VmActionImpossible
+    from shared.adapters.compute import VmActionImpossible
 
     policy = RemediationPolicy(rung_timeouts_s={"restart": 300, "reimage": 300, "replace": 3600})
     fleet = _one_broken(policy)
@@ -267,7 +267,7 @@ def test_operation_not_allowed_on_a_running_node_is_waited_for_until_the_rung_ti
 
 
 def test_operation_not_allowed_on_a_node_that_is_gone_escalates_to_replace() -> None:
-    from shared.compute import VmActionImpossible
+    from shared.adapters.compute import VmActionImpossible
 
     fleet = _one_broken()
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from shared import retry
-from shared.clock import ManualClock
-from shared.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
+from shared.kernel import retry
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
 
 
 class Script:
@@ -81,7 +81,7 @@ def test_answers_are_never_retried(error: Exception) -> None:
 
 
 def test_the_decorator_uses_the_process_clock_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared import clock as clocks
+    from shared.kernel import clock as clocks
 
     manual = ManualClock(start=0.0)
     previous = clocks.use(manual)

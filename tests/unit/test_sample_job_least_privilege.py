@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from shared import pool_creation
-from shared.env import SettingError
-from shared.pool_creation import KIND, advance, job_name, sample_job
-from shared.pool_policy import DEFAULT_SAMPLE_JOB_IMAGE, PoolRequestPolicy
-from shared.pool_request import Mig, PoolRequest
-from shared.ports import Record
-from shared.reconciler import reconcile_once
+from shared.kernel.env import SettingError
+from shared.kernel.ports import Record
+from shared.kernel.reconciler import reconcile_once
+from shared.pools import creation as pool_creation
+from shared.pools.creation import KIND, advance, job_name, sample_job
+from shared.pools.policy import DEFAULT_SAMPLE_JOB_IMAGE, PoolRequestPolicy
+from shared.pools.request import Mig, PoolRequest
 from sim import psa
 from tests.unit.fakes_pool import CLUSTER, World, make_world, materialise, message
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.env import SettingError
-from shared.settings import load
+from shared.kernel.env import SettingError
+from shared.kernel.settings import load
 
 SUB = "11111111-2222-3333-4444-555555555555"
 CLUSTER = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
@@ -22,7 +22,7 @@ BASE = {
     "EVENTGRID_TOPIC_ENDPOINT": "https://127.0.0.1:8443/eventgrid/api/events",
 }
 
-POLICY_MODULES = ("shared.pool_policy", "shared.remediation_policy", "shared.migration_policy")
+POLICY_MODULES = ("shared.pools.policy", "shared.remediation.policy", "shared.migration.policy")
 policies_missing = [m for m in POLICY_MODULES if importlib.util.find_spec(m) is None]
 needs_policies = pytest.mark.skipif(bool(policies_missing),
                                     reason=f"policy modules not written yet: {', '.join(policies_missing)}")

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.ports import Condition, NodeView, PoolInfo
-from shared.stack import evaluate_stack
+from shared.fleet.stack import evaluate_stack
+from shared.kernel.ports import Condition, NodeView, PoolInfo
 from tests.unit.fakes_pool import HEALTHY_NPD, make_node
 
 NOW = 1_764_684_000.0

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from shared import identity
-from shared.ledger import TableLedger
-from shared.nudge import QueueNudger
+from shared.adapters import identity
+from shared.adapters.ledger import TableLedger
+from shared.kernel.nudge import QueueNudger
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
            "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from shared import breaker, health, remediation, sweep
-from shared.errors import Transient
-from shared.ports import ClusterInfo, NodeView
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.kernel.errors import Transient
+from shared.kernel.ports import ClusterInfo, NodeView
+from shared.remediation import breaker, health, sweep
+from shared.remediation import core as remediation
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAks, FakeCompute, FakeKube, Fleet, make_node
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from shared import health, remediation, sweep
-from shared.ports import ClusterInfo, NodeView
-from shared.remediation_policy import DEVICE_PLUGIN, RemediationPolicy
+from shared.kernel.ports import ClusterInfo, NodeView
+from shared.remediation import core as remediation
+from shared.remediation import health, sweep
+from shared.remediation.policy import DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import SUB, T0, Fleet, make_node
 
 NAP_PROVIDER = f"azure:///subscriptions/{SUB}/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachines/"

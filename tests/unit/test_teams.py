@@ -1,6 +1,6 @@
 """Who may ask for what: a team's queue decides who asked, and the team's entry bounds the request.
 
-The policy (shared/teams.py) by tables; then through ``pool_creation.accept`` with the real
+The policy (shared/pools/teams.py) by tables; then through ``pool_creation.accept`` with the real
 in-memory ledger, and through the ``handle_pool_request`` entry point with the team of the queue.
 """
 
@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared import entrypoints, teams
-from shared.env import SettingError
-from shared.pool_creation import KIND, accept
-from shared.settings import load
-from shared.teams import DEFAULT_MAX_GPUS_PER_REQUEST, DEFAULT_SIZES, Team
+from shared import entrypoints
+from shared.kernel.env import SettingError
+from shared.kernel.settings import load
+from shared.pools import teams
+from shared.pools.creation import KIND, accept
+from shared.pools.teams import DEFAULT_MAX_GPUS_PER_REQUEST, DEFAULT_SIZES, Team
 from tests.unit.fakes_pool import CLUSTER, NAP_CLUSTER, OTHER_SUB, SUB, make_world, message
 
 H100 = "Standard_ND96isr_H100_v5"  # 8 GPUs per VM
@@ -258,8 +259,8 @@ def test_the_team_total_is_named_when_exceeded_and_ignored_when_not_set() -> Non
 
 
 def test_a_request_that_would_pass_the_teams_total_is_rejected_counting_pools_and_requests_in_flight() -> None:
-    from shared import pool_creation
-    from shared.reconciler import reconcile_once
+    from shared.kernel.reconciler import reconcile_once
+    from shared.pools import creation as pool_creation
 
     world = make_world()
     capped = Team(name="vision", queue="q-vision", clusters=(CLUSTER,), max_gpus_total=8)

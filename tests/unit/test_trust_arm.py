@@ -14,11 +14,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared import node_truth, remediation, sweep
-from shared.errors import Invalid
-from shared.node_fate import AUTOSCALER_DELETE_TAINT, PREEMPT_TAINT
-from shared.ports import ClusterInfo, MachineInfo, NodeView, PoolInfo, Taint
-from shared.remediation_policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.fleet import node_truth
+from shared.fleet.node_fate import AUTOSCALER_DELETE_TAINT, PREEMPT_TAINT
+from shared.kernel.errors import Invalid
+from shared.kernel.ports import ClusterInfo, MachineInfo, NodeView, PoolInfo, Taint
+from shared.remediation import core as remediation
+from shared.remediation import sweep
+from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import (
     CLUSTER,
     SUB,
@@ -282,7 +284,7 @@ def test_a_remediation_failing_permanently_is_given_up_through_the_hook_and_free
     fleet = fleet_with_pool()
     fleet.break_node("aks-gpu-1", at=T0 - 3600)
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
-    from shared import reconciler
+    from shared.kernel import reconciler
 
     reconciler.reconcile_once(fleet.ctx(), modules={"remediation": remediation})  # type: ignore[dict-item]
     [record] = fleet.ledger.list(remediation.KIND)

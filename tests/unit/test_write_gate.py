@@ -1,4 +1,4 @@
-"""The write gate (shared.gate) with fakes under it, as shared.wiring.FleetAccess installs it (issue 11).
+"""The write gate (shared.fleet.gate) with fakes under it, as shared.wiring.FleetAccess installs it (issue 11).
 
 Every write re-checks scope and pause at the point of the call; the cluster read behind those checks
 is cached for at most CLUSTER_CACHE_S (30 s), so a step's many writes cost one ARM read while a new
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from shared import gate
-from shared.clock import ManualClock
-from shared.errors import Forbidden, NotFound
-from shared.ports import ClusterInfo, EvictionResult, NodeView, Record
-from shared.settings import Settings
+from shared.fleet import gate
+from shared.kernel.clock import ManualClock
+from shared.kernel.errors import Forbidden, NotFound
+from shared.kernel.ports import ClusterInfo, EvictionResult, NodeView, Record
+from shared.kernel.settings import Settings
 from shared.wiring import FleetAccess
 
 SUB = "00000000-0000-0000-0000-000000000001"
@@ -210,8 +210,8 @@ def test_a_cluster_that_left_the_scope_is_refused_even_with_a_client_built_befor
 
 
 def test_a_paused_refusal_holds_the_record_and_never_gives_it_up(arm: Arm, clock: ManualClock) -> None:
-    from shared.ledger import InMemoryLedger
-    from shared.reconciler import ReconcileReport, advance_record
+    from shared.adapters.ledger import InMemoryLedger
+    from shared.kernel.reconciler import ReconcileReport, advance_record
 
     access = _access(arm, clock, reconcile_max_permanent_tries=2)
     ledger = InMemoryLedger()

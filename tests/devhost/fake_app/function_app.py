@@ -10,7 +10,7 @@ import time
 
 import azure.functions as func
 
-from shared import clock
+from shared.kernel import clock
 
 app = func.FunctionApp()
 

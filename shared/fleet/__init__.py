@@ -1,0 +1,1 @@
+"""Fleet facts shared by the jobs: scope, GPU sizes, the managed stack, node truth, pool cloning, the write gate."""

@@ -1,0 +1,360 @@
+"""What the core needs from the outside world, and the shapes it sees it in.
+
+The state machines (pool creation, remediation, migration) and the sweep are written against these
+protocols; ``shared.adapters.aks``, ``shared.adapters.compute``, ``shared.adapters.kube``, ``shared.adapters.events`` and
+``shared.adapters.ledger`` implement them over the real SDKs. Views are small frozen structs holding only
+the fields decisions need, decoded straight from JSON (msgspec) rather than through the SDK models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+# --------------------------------------------------------------------------- Kubernetes views
+
+if TYPE_CHECKING:
+    Epoch = float
+else:
+
+    class Epoch(float):
+        """Epoch seconds parsed from an RFC 3339 timestamp: a float in every respect but its type.
+
+        It exists so that msgspec can decode ``lastTransitionTime`` straight into :class:`Condition`
+        (a custom type gets a ``dec_hook``, see shared.adapters.kube) without a Python loop over every
+        condition of every node. msgspec cannot *encode* a float subclass: ``float(x)`` it before
+        storing it in a record (shared.remediation.health does so for ``Finding.since``).
+        """
+
+        __slots__ = ()
+
+
+_TRANSITIONS_MAX = 4096
+_transitions: dict[str, float | None] = {}
+
+
+def rfc3339_seconds(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp (as msgspec parses datetimes), None when it is not one.
+
+    Remembered in a small bounded cache: the conditions of a node, and the nodes of a pool, share
+    most of their transition times.
+    """
+    found = _transitions.get(text, _transitions)
+    if found is not _transitions:
+        return found  # type: ignore[return-value]
+    try:
+        value: float | None = msgspec.convert(text, datetime).timestamp()
+    except (msgspec.ValidationError, ValueError, OverflowError):
+        value = None
+    if len(_transitions) >= _TRANSITIONS_MAX:
+        _transitions.clear()  # a crude bound: the next pages re-fill what they use
+    _transitions[text] = value
+    return value
+
+
+class Condition(msgspec.Struct, frozen=True, gc=False, rename={"transition": "lastTransitionTime"}):
+    """A node condition; decoded by msgspec straight from the wire.
+
+    ``transition`` is ``lastTransitionTime`` as it came: RFC 3339 text when decoded, epoch seconds
+    when built in code. It is read through :attr:`last_transition`, which parses text on demand: a
+    sweep reads the transition times of two or three conditions of a node, not of all of them, so
+    parsing each one while decoding (a Python call per condition) was the larger part of the cost.
+    """
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    transition: float | str | None = None
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def last_transition(self) -> float | None:
+        """Epoch seconds of ``lastTransitionTime``; None when absent or not a timestamp."""
+        value = self.transition
+        if value is None or type(value) is float:
+            return value  # type: ignore[return-value]
+        if isinstance(value, str):
+            return rfc3339_seconds(value)
+        return float(value)
+
+
+class Taint(msgspec.Struct, frozen=True, gc=False):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class NodeView(msgspec.Struct, frozen=True):
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    conditions: tuple[Condition, ...]
+    allocatable: Mapping[str, str]  # e.g. {"nvidia.com/gpu": "1", "cpu": "4"}
+    capacity: Mapping[str, str]
+    created: float  # creationTimestamp, epoch seconds
+    provider_id: str = ""
+    deletion_timestamp: float | None = None  # set while the node is being deleted (AKS scale-down, upgrade)
+    boot_id: str = ""  # status.nodeInfo.bootID: changes with every boot, even one too fast for Ready to notice
+
+    @property
+    def pool(self) -> str:
+        return self.labels.get("kubernetes.azure.com/agentpool") or self.labels.get("agentpool", "")
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    @property
+    def ready(self) -> bool:
+        c = self.condition("Ready")
+        return c is not None and c.status == "True"
+
+
+class OwnerRef(msgspec.Struct, frozen=True):
+    kind: str
+    name: str
+    controller: bool = False
+
+
+class PodView(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    owners: tuple[OwnerRef, ...]
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    deletion_timestamp: float | None
+    grace_period_seconds: int | None  # spec.terminationGracePeriodSeconds
+    has_empty_dir: bool
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: Mapping[str, str] = {}
+    affinity: Mapping[str, Any] | None = None
+    requests: Mapping[str, str] = {}  # summed container resource requests
+
+    @property
+    def is_mirror(self) -> bool:
+        return "kubernetes.io/config.mirror" in self.annotations
+
+    def controller(self) -> OwnerRef | None:
+        for o in self.owners:
+            if o.controller:
+                return o
+        return None
+
+
+EVICTED, EVICTION_BLOCKED, EVICTION_GONE = "evicted", "blocked", "gone"
+NAMESPACE_TERMINATING, MULTIPLE_PDBS = "namespace_terminating", "multiple_pdbs"
+
+
+class EvictionResult(msgspec.Struct, frozen=True):
+    """What the Eviction API answered, classified by the adapter from status, reason and causes.
+
+    ``evicted`` (201); ``gone`` (404); ``blocked``: a disruption budget refused it for now — 429
+    (no disruption allowed, or the PDB not yet observed: ``retry_after``) or 403 from the budget
+    (``disruptionsAllowed`` below 0, ``DisruptedPods`` over its cap), retried within the drain
+    policy; ``namespace_terminating``: 403 with cause ``NamespaceTerminating`` — the namespace
+    controller deletes the pod, so the drain waits for it to go (as kubectl drain does);
+    ``multiple_pdbs``: 500, the pod is covered by more than one PDB, which the Eviction API never
+    supports — not transient, the drain stops and reports it (as kubectl does). ``pdb`` names the
+    budget when the answer says which (the 403's ``details.name``). Any other refusal (an RBAC 403)
+    is raised by the adapter as an error.
+    """
+
+    outcome: str
+    message: str = ""
+    retry_after: float | None = None
+    pdb: str = ""
+
+
+class KubePort(Protocol):
+    """One cluster's Kubernetes API, as the app uses it (see shared/adapters/kube.py)."""
+
+    def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]: ...
+    def get_node(self, name: str) -> NodeView | None: ...
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeView:
+        """Strategic-merge patch of the node (metadata and spec)."""
+
+    def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
+                  label_selector: str = "") -> list[PodView]: ...
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult: ...
+    def list_pdbs(self, namespace: str | None = None) -> list[Mapping[str, Any]]: ...
+    def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
+                     action: str = "", correlation_id: str = "") -> None:
+        """Best effort: never raises (events are auxiliary)."""
+
+    def acquire_lease(self, name: str, *, holder: str, duration_s: int, namespace: str | None = None) -> bool: ...
+    def release_lease(self, name: str, *, holder: str, namespace: str | None = None) -> None: ...
+    def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create any supported object (Job, Karpenter NodePool/AKSNodeClass...); Conflict if it exists."""
+
+    def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create, or replace if it exists (server-side desired state)."""
+
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None: ...
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                      uid: str | None = None) -> None: ...
+    def delete_nodeclaim(self, *, node_name: str, provider_id: str) -> str | None:
+        """Delete the Karpenter NodeClaim behind a node (node auto-provisioning); its name, None if none."""
+
+
+# --------------------------------------------------------------------------- ARM views
+
+
+class ClusterInfo(msgspec.Struct, frozen=True):
+    id: str  # ARM id, as ARM spells it
+    name: str
+    subscription: str
+    resource_group: str
+    location: str
+    tags: Mapping[str, str]
+    node_resource_group: str
+    node_provisioning_mode: str = "Manual"  # "Auto" = node auto-provisioning (Karpenter)
+    provisioning_state: str = "Succeeded"
+
+
+class PoolInfo(msgspec.Struct, frozen=True):
+    """An agent pool as ARM returns it: ``properties`` is the raw camelCase dict."""
+
+    cluster_id: str
+    name: str
+    properties: Mapping[str, Any]
+
+    @property
+    def vm_size(self) -> str:
+        return str(self.properties.get("vmSize", ""))
+
+    @property
+    def count(self) -> int:
+        return int(self.properties.get("count") or 0)
+
+    @property
+    def provisioning_state(self) -> str:
+        return str(self.properties.get("provisioningState", ""))
+
+    @property
+    def management_mode(self) -> str:
+        gp = self.properties.get("gpuProfile") or {}
+        return str(((gp.get("nvidia") or {}).get("managementMode")) or "Unmanaged")
+
+
+class MachineInfo(msgspec.Struct, frozen=True):
+    name: str  # equals the node name for VMSS pools
+    resource_id: str  # the VMSS VM id
+    zones: tuple[str, ...] = ()
+
+
+class AksPort(Protocol):
+    """Azure Resource Manager, Microsoft.ContainerService (see shared/adapters/aks.py)."""
+
+    def list_clusters(self, subscription: str) -> list[ClusterInfo]: ...
+    def get_cluster(self, cluster_id: str) -> ClusterInfo: ...
+    def list_pools(self, cluster_id: str) -> list[PoolInfo]: ...
+    def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None: ...
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+                       etag: str | None = None, create_only: bool = False) -> None:
+        """Start a create-or-update; returns once ARM accepted it (does not wait for the LRO).
+
+        ``etag``: send ``If-Match`` with the pool's ``properties.eTag`` as read (412 -> Conflict).
+        ``create_only``: send ``If-None-Match: *``, so an existing pool is never replaced (412 -> Conflict)."""
+
+    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False,
+                          etag: str | None = None) -> None: ...
+    def begin_delete_machines(self, cluster_id: str, pool: str, machines: Sequence[str]) -> None: ...
+    def list_machines(self, cluster_id: str, pool: str) -> list[MachineInfo]: ...
+    def list_maintenance_configurations(self, cluster_id: str) -> list[Mapping[str, Any]]: ...
+    def kubeconfig(self, cluster_id: str) -> bytes:
+        """listClusterUserCredential (format=exec), first kubeconfig, decoded."""
+
+
+class ComputePort(Protocol):
+    """Microsoft.Compute VMSS VM operations in a cluster's node resource group (shared/adapters/compute.py)."""
+
+    def begin_restart(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:
+        """``cluster_id``: the cluster the caller acts for. As handed out by ClusterAccess the port is
+        gated (shared.fleet.gate.GatedCompute), which then requires the VM in that cluster's own
+        subscription and node resource group; the bare adapter ignores it."""
+
+    def begin_reimage(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None: ...
+
+
+class EventsPort(Protocol):
+    def publish(self, *, type_: str, subject: str, data: Mapping[str, Any], id_: str | None = None) -> None:
+        """Publish one CloudEvent. Raises Throttled/Transient; callers decide if it is best effort."""
+
+
+class NudgePort(Protocol):
+    def nudge_at(self, when: float, *, hint: str) -> None:
+        """Wake the reconciler at fleet time ``when`` (not before), through a delayed nudge message.
+
+        A wake-up is only a hint: the reconciler looks at every due record whatever woke it, so a
+        duplicate or early one is harmless. Raises Transient (or another StewardError) on failure;
+        callers treat that as non-fatal, since the safety-net timer still runs.
+        """
+
+
+class ClusterAccess(Protocol):
+    """Hands out per-cluster adapters (cached; credentials refreshed by the adapters)."""
+
+    def aks(self) -> AksPort: ...
+    def compute(self) -> ComputePort: ...
+    def kube(self, cluster_id: str) -> KubePort: ...
+
+
+# --------------------------------------------------------------------------- durable records
+
+
+class Record(msgspec.Struct, kw_only=True):
+    """One durable record of long work (see docs/architecture.md, "Durable records").
+
+    ``data`` belongs to the record's kind; everything else is the reconciler's bookkeeping.
+    ``etag`` is the storage ETag of the version this copy was read at ("" for a new record).
+    """
+
+    kind: str
+    id: str
+    state: str
+    data: dict[str, Any] = {}
+    owner: str = ""
+    lease_until: float = 0.0
+    next_at: float = 0.0
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    history: list[dict[str, Any]] = []
+    etag: str = ""
+
+    def moved(self, state: str, *, at: float, note: str = "", next_at: float | None = None,
+              **data: Any) -> Record:
+        """A copy in ``state`` with ``data`` merged and a history line appended (capped at 50)."""
+        merged = dict(self.data)
+        merged.update(data)
+        history = [*self.history, {"at": at, "state": state, "note": note}][-50:]
+        return msgspec.structs.replace(
+            self, state=state, data=merged, history=history, updated_at=at,
+            next_at=at if next_at is None else next_at,
+        )
+
+
+class LedgerPort(Protocol):
+    """Azure Table storage, ETag-guarded (shared/adapters/ledger.py)."""
+
+    def create(self, record: Record) -> Record:
+        """Insert; raises Conflict if a record with this kind and id exists. Returns it with its ETag."""
+
+    def get(self, kind: str, id_: str) -> Record | None: ...
+    def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]: ...
+    def save(self, record: Record) -> Record:
+        """Replace if the stored ETag still equals ``record.etag``; raises Conflict otherwise."""
+
+    def delete(self, record: Record) -> None: ...

@@ -1,0 +1,1 @@
+"""Remediation: health evaluation, budgets, the breaker, the sweep, and the cordon-drain-repair steps."""

@@ -1,0 +1,224 @@
+"""How GPU-node remediation decides, paces and bounds itself.
+
+One frozen value built once from the app settings (``Settings.remediation``) so that the health
+evaluation, the budgets, the drain and the remediation state machine take their limits as an
+argument instead of reading the environment; tests build it directly. Every setting is read with a
+literal name through :mod:`shared.kernel.env` (the infrastructure tests derive the list of settings from
+those calls). Defaults come from the anchors (docs/remediation.md cites each one): NHC/AKS's 300 s
+condition threshold, CAPI's 600 s node start-up timeout, kubectl/draino's 5 s eviction retry, EKS's
+20 % unhealthy stop, NVSentinel's manual-reset breaker and AKS's three repair cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shared.kernel.env import SettingError, env_bool, env_choice, env_float, env_int, env_list, env_str
+
+DEVICE_PLUGIN = "UnhealthyNvidiaDevicePlugin"
+DCGM = "UnhealthyNvidiaDCGMServices"
+XID = "XIDErrors"
+GPU_MISSING = "GPUMissing"
+KNOWN_CONDITIONS: tuple[str, ...] = (DEVICE_PLUGIN, DCGM, XID, GPU_MISSING)
+DEFAULT_CONDITIONS: tuple[str, ...] = (DEVICE_PLUGIN, DCGM)
+
+RUNGS: tuple[str, ...] = ("restart", "reimage", "replace")
+DEFAULT_RUNG_TIMEOUTS: Mapping[str, int] = {"restart": 900, "reimage": 1800, "replace": 3600}
+
+DRAIN_FALLBACKS: tuple[str, ...] = ("hold", "release")
+POD_POLICIES: tuple[str, ...] = ("evict", "refuse")
+
+# Taints other actors put on nodes they are about to remove or are working on (never ours).
+DEFAULT_BUSY_TAINTS: tuple[str, ...] = (
+    "ToBeDeletedByClusterAutoscaler",
+    "DeletionCandidateOfClusterAutoscaler",
+    "node.kubernetes.io/out-of-service",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+)
+DEFAULT_BUSY_ANNOTATIONS: tuple[str, ...] = (
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled-for-upgrade",
+)
+
+OPT_OUT_LABEL = "gpu-fleet-steward/opt-out"
+PAUSED_TAG = "gpu-fleet-steward/paused"
+GPU_NODE_SELECTOR = "kubernetes.azure.com/accelerator=nvidia"
+
+
+def _pairs(name: str, items: tuple[str, ...], *, allowed: tuple[str, ...] | None = None) -> dict[str, int]:
+    """``key=seconds`` pairs (comma-separated in the setting)."""
+    out: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SettingError(f"setting {name} must be key=seconds pairs, got {item!r}")
+        if allowed is not None and key not in allowed:
+            raise SettingError(f"setting {name}: {key!r} is not one of {', '.join(allowed)}")
+        try:
+            seconds = int(value.strip())
+        except ValueError:
+            raise SettingError(f"setting {name}: {item!r} must end with a whole number of seconds") from None
+        if seconds < 0:
+            raise SettingError(f"setting {name}: {item!r} must not be negative")
+        out[key] = seconds
+    return out
+
+
+def _percent(name: str, text: str) -> int:
+    raw = text.strip().rstrip("%").strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingError(f"setting {name} must be a percentage like 20 or 20%, got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise SettingError(f"setting {name} must be between 0 and 100, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RemediationPolicy:
+    """Every knob of GPU-node remediation. See docs/remediation.md for the full table.
+
+    Detection: ``conditions`` (REMEDIATION_CONDITIONS) with ``thresholds_s`` per condition
+    (REMEDIATION_THRESHOLDS, ``Cond=seconds`` pairs; others use ``default_threshold_s``,
+    REMEDIATION_DEFAULT_THRESHOLD_S = 300), ``startup_grace_s`` (REMEDIATION_STARTUP_GRACE_S = 600),
+    ``busy_taints`` / ``busy_annotations`` (REMEDIATION_BUSY_TAINTS / _ANNOTATIONS: nodes carrying
+    these keys are someone else's business), ``skip_not_ready`` (REMEDIATION_SKIP_NOT_READY = true:
+    NotReady nodes belong to AKS auto-repair).
+
+    Repair: ``ladder`` (REMEDIATION_LADDER = restart,reimage,replace), ``rung_timeouts_s``
+    (REMEDIATION_RUNG_TIMEOUTS, ``rung=seconds``), ``settle_s`` (REMEDIATION_SETTLE_S = 120: a rung
+    is judged only after the node went through a reboot or this long passed), ``surge``
+    (REMEDIATION_SURGE = true: replace scales up by one before deleting).
+
+    Drain: ``drain_timeout_s`` (REMEDIATION_DRAIN_TIMEOUT_S = 3600), ``drain_fallback``
+    (REMEDIATION_DRAIN_FALLBACK = hold | release), ``empty_dir`` / ``unmanaged_pods``
+    (REMEDIATION_EMPTY_DIR / REMEDIATION_UNMANAGED_PODS = evict | refuse: a pod that fails them refuses
+    the whole node before anything is evicted), ``eviction_retry_s`` (REMEDIATION_EVICTION_RETRY_S = 5,
+    doubling per refusal up to ``poll_s``), ``skip_wait_for_delete_timeout_s``
+    (DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S = 300: a pod still there this long past its deletionTimestamp
+    is no longer waited for; kubectl --skip-wait-for-delete-timeout, Cluster API's 300 s; 0 = wait),
+    ``pdb_blocked_timeout_s`` (DRAIN_PDB_BLOCKED_TIMEOUT_S = 1800: a pod a disruption budget keeps
+    refusing this long stops the drain as stalled and the fallback applies; AKS's 30-minute upgrade
+    drain timeout; 0 = only the drain deadline). Both DRAIN_* settings also bound migration drains.
+
+    Budgets: ``pool_max_unavailable`` (BUDGET_POOL_MAX_UNAVAILABLE = 1) and
+    ``pool_max_unavailable_percent`` (BUDGET_POOL_MAX_UNAVAILABLE_PERCENT = 20; the stricter wins),
+    ``max_in_flight`` (BUDGET_MAX_IN_FLIGHT = 5), ``cooldown_s`` (BUDGET_NODE_COOLDOWN_S = 3600),
+    ``max_attempts`` in ``attempt_window_s`` (BUDGET_NODE_MAX_ATTEMPTS = 3, BUDGET_NODE_ATTEMPT_WINDOW_S
+    = 86400).
+
+    Breaker: opens when more than ``breaker_percent`` (BREAKER_PERCENT = 30) of the fleet's GPU nodes
+    turned unhealthy within ``breaker_window_s`` (BREAKER_WINDOW_S = 600) — once at least
+    ``breaker_min_nodes`` (BREAKER_MIN_NODES = 3) did — or when ``breaker_max_nodes``
+    (BREAKER_MAX_NODES, 0 = off) did; ``breaker_enabled`` (BREAKER_ENABLED = true).
+
+    Operations: ``dry_run`` (REMEDIATION_DRY_RUN), ``poll_s`` (REMEDIATION_POLL_S = 20, how soon a
+    waiting remediation is looked at again), ``lease_s`` (REMEDIATION_NODE_LEASE_S = 300),
+    ``page_size`` (REMEDIATION_SWEEP_PAGE_SIZE = 500). The app-wide pause is STEWARD_PAUSED (in
+    shared.kernel.settings); the cluster tag and node label are fixed names (``PAUSED_TAG``, ``OPT_OUT_LABEL``).
+    """
+
+    conditions: tuple[str, ...] = DEFAULT_CONDITIONS
+    thresholds_s: Mapping[str, int] = field(default_factory=dict)
+    default_threshold_s: int = 300
+    startup_grace_s: int = 600
+    busy_taints: tuple[str, ...] = DEFAULT_BUSY_TAINTS
+    busy_annotations: tuple[str, ...] = DEFAULT_BUSY_ANNOTATIONS
+    skip_not_ready: bool = True
+    ladder: tuple[str, ...] = RUNGS
+    rung_timeouts_s: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_RUNG_TIMEOUTS))
+    settle_s: int = 120
+    surge: bool = True
+    drain_timeout_s: int = 3600
+    drain_fallback: str = "hold"
+    empty_dir: str = "evict"
+    unmanaged_pods: str = "refuse"
+    eviction_retry_s: float = 5.0
+    skip_wait_for_delete_timeout_s: int = 300
+    pdb_blocked_timeout_s: int = 1800
+    pool_max_unavailable: int = 1
+    pool_max_unavailable_percent: int = 20
+    max_in_flight: int = 5
+    cooldown_s: int = 3600
+    max_attempts: int = 3
+    attempt_window_s: int = 86400
+    breaker_enabled: bool = True
+    breaker_percent: int = 30
+    breaker_min_nodes: int = 3
+    breaker_max_nodes: int = 0
+    breaker_window_s: int = 600
+    dry_run: bool = False
+    poll_s: int = 20
+    lease_s: int = 300
+    page_size: int = 500
+    opt_out_label: str = OPT_OUT_LABEL
+    paused_tag: str = PAUSED_TAG
+    node_selector: str = GPU_NODE_SELECTOR
+
+    def __post_init__(self) -> None:
+        if not self.conditions:
+            raise SettingError("setting REMEDIATION_CONDITIONS must name at least one condition")
+        if not self.ladder:
+            raise SettingError("setting REMEDIATION_LADDER must name at least one rung")
+        unknown = [r for r in self.ladder if r not in RUNGS]
+        if unknown:
+            raise SettingError(f"setting REMEDIATION_LADDER: {', '.join(unknown)} not one of {', '.join(RUNGS)}")
+        if len(set(self.ladder)) != len(self.ladder):
+            raise SettingError("setting REMEDIATION_LADDER must not repeat a rung")
+        if self.drain_fallback not in DRAIN_FALLBACKS:
+            raise SettingError(f"setting REMEDIATION_DRAIN_FALLBACK must be one of {', '.join(DRAIN_FALLBACKS)}")
+
+    def threshold_for(self, condition: str) -> int:
+        return int(self.thresholds_s.get(condition, self.default_threshold_s))
+
+    def rung_timeout(self, rung: str) -> int:
+        return int(self.rung_timeouts_s.get(rung, DEFAULT_RUNG_TIMEOUTS[rung]))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RemediationPolicy:
+        """Read the REMEDIATION_*, BUDGET_* and BREAKER_* settings (``env`` defaults to the process)."""
+        conditions = env_list("REMEDIATION_CONDITIONS", DEFAULT_CONDITIONS, env=env)
+        thresholds = _pairs("REMEDIATION_THRESHOLDS", env_list("REMEDIATION_THRESHOLDS", (), env=env))
+        ladder = tuple(r.lower() for r in env_list("REMEDIATION_LADDER", RUNGS, env=env))
+        timeouts = dict(DEFAULT_RUNG_TIMEOUTS)
+        timeouts.update(_pairs("REMEDIATION_RUNG_TIMEOUTS", env_list("REMEDIATION_RUNG_TIMEOUTS", (), env=env),
+                               allowed=RUNGS))
+        return cls(
+            conditions=conditions,
+            thresholds_s=thresholds,
+            default_threshold_s=env_int("REMEDIATION_DEFAULT_THRESHOLD_S", 300, env=env, minimum=0),
+            startup_grace_s=env_int("REMEDIATION_STARTUP_GRACE_S", 600, env=env, minimum=0),
+            busy_taints=env_list("REMEDIATION_BUSY_TAINTS", DEFAULT_BUSY_TAINTS, env=env),
+            busy_annotations=env_list("REMEDIATION_BUSY_ANNOTATIONS", DEFAULT_BUSY_ANNOTATIONS, env=env),
+            skip_not_ready=env_bool("REMEDIATION_SKIP_NOT_READY", True, env=env),
+            ladder=ladder,
+            rung_timeouts_s=timeouts,
+            settle_s=env_int("REMEDIATION_SETTLE_S", 120, env=env, minimum=0),
+            surge=env_bool("REMEDIATION_SURGE", True, env=env),
+            drain_timeout_s=env_int("REMEDIATION_DRAIN_TIMEOUT_S", 3600, env=env, minimum=30),
+            drain_fallback=env_choice("REMEDIATION_DRAIN_FALLBACK", "hold", DRAIN_FALLBACKS, env=env),
+            empty_dir=env_choice("REMEDIATION_EMPTY_DIR", "evict", POD_POLICIES, env=env),
+            unmanaged_pods=env_choice("REMEDIATION_UNMANAGED_PODS", "refuse", POD_POLICIES, env=env),
+            eviction_retry_s=env_float("REMEDIATION_EVICTION_RETRY_S", 5.0, env=env, minimum=0.1, maximum=600),
+            skip_wait_for_delete_timeout_s=env_int("DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S", 300, env=env, minimum=0),
+            pdb_blocked_timeout_s=env_int("DRAIN_PDB_BLOCKED_TIMEOUT_S", 1800, env=env, minimum=0),
+            pool_max_unavailable=env_int("BUDGET_POOL_MAX_UNAVAILABLE", 1, env=env, minimum=0),
+            pool_max_unavailable_percent=_percent(
+                "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", env_str("BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", "20", env=env)),
+            max_in_flight=env_int("BUDGET_MAX_IN_FLIGHT", 5, env=env, minimum=0),
+            cooldown_s=env_int("BUDGET_NODE_COOLDOWN_S", 3600, env=env, minimum=0),
+            max_attempts=env_int("BUDGET_NODE_MAX_ATTEMPTS", 3, env=env, minimum=1),
+            attempt_window_s=env_int("BUDGET_NODE_ATTEMPT_WINDOW_S", 86400, env=env, minimum=60),
+            breaker_enabled=env_bool("BREAKER_ENABLED", True, env=env),
+            breaker_percent=_percent("BREAKER_PERCENT", env_str("BREAKER_PERCENT", "30", env=env)),
+            breaker_min_nodes=env_int("BREAKER_MIN_NODES", 3, env=env, minimum=1),
+            breaker_max_nodes=env_int("BREAKER_MAX_NODES", 0, env=env, minimum=0),
+            breaker_window_s=env_int("BREAKER_WINDOW_S", 600, env=env, minimum=60),
+            dry_run=env_bool("REMEDIATION_DRY_RUN", False, env=env),
+            poll_s=env_int("REMEDIATION_POLL_S", 20, env=env, minimum=1, maximum=3600),
+            lease_s=env_int("REMEDIATION_NODE_LEASE_S", 300, env=env, minimum=30),
+            page_size=env_int("REMEDIATION_SWEEP_PAGE_SIZE", 500, env=env, minimum=10, maximum=5000),
+        )

@@ -1,0 +1,206 @@
+"""The health sweep: find unhealthy GPU nodes across the fleet and report each fault once per sweep.
+
+Runs on a timer (every minute by default). For each cluster in scope it streams the GPU nodes page
+by page (``kubernetes.azure.com/accelerator=nvidia``, and on node auto-provisioning clusters
+``karpenter.azure.com/sku-gpu-manufacturer=nvidia``: Karpenter's nodes do not carry the former), evaluates each page with the pure
+:func:`shared.remediation.health.evaluate` and keeps only the findings, so memory is bounded by the page size
+and the number of unhealthy nodes, never by the fleet size. Each unhealthy (cluster, node,
+condition, lastTransitionTime) is published as a ``Steward.GpuNode.Unhealthy`` CloudEvent whose id
+is sha256 of those four: the same fault always has the same id, and a fault already handled by a
+remediation is not published again. Faults that were refused (budget, breaker, pause) keep being
+reported every sweep: that is how they are retried once the limit allows. The sweep also feeds
+the fleet breaker with the nodes that turned unhealthy, and one failing cluster never stops the
+sweep of the others (its error is in the report).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shared.kernel.errors import StewardError
+from shared.kernel.ports import NodeView
+from shared.remediation import breaker, health
+from shared.remediation import core as remediation
+from shared.remediation.policy import RemediationPolicy
+
+if TYPE_CHECKING:
+    from shared.kernel.context import Context
+
+log = logging.getLogger("steward.sweep")
+_SEEN_CAP = 10_000  # faults remembered per process, only to measure each detection once
+
+
+@dataclass(frozen=True)
+class Fault:
+    cluster: str
+    node: str
+    pool: str
+    condition: str
+    since: float
+    message: str = ""
+
+    @property
+    def id(self) -> str:
+        return remediation.fault_id(self.cluster, self.node, self.condition, self.since)
+
+
+@dataclass
+class SweepReport:
+    clusters: int = 0
+    nodes: int = 0
+    healthy: int = 0
+    unhealthy: int = 0
+    pending: int = 0
+    unknown: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    published: int = 0
+    suppressed: int = 0  # already handled by a remediation
+    errors: list[str] = field(default_factory=list)
+    next_check: float | None = None
+    breaker: str = ""
+    faults: list[Fault] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"clusters": self.clusters, "nodes": self.nodes, "healthy": self.healthy, "unhealthy": self.unhealthy,
+                "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
+                "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
+                "next_check": self.next_check, "breaker": self.breaker}
+
+
+def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
+          observations: dict[str, float]) -> None:
+    report.healthy += len(evaluation.healthy)
+    report.unknown += len({n.name for n, _ in evaluation.unknown})
+    report.pending += len(evaluation.pending)
+    report.unhealthy += len(evaluation.unhealthy)
+    for _, reason in evaluation.skipped:
+        key = reason.split(":", 1)[0]
+        report.skipped[key] = report.skipped.get(key, 0) + 1
+    if evaluation.next_check is not None:
+        report.next_check = evaluation.next_check if report.next_check is None else min(report.next_check,
+                                                                                         evaluation.next_check)
+    for f in [*evaluation.unhealthy, *evaluation.pending]:
+        key = remediation.node_key(cluster, f.node.name)
+        observations[key] = min(f.since, observations.get(key, f.since))
+    for f in evaluation.unhealthy:
+        cond = f.node.condition(f.condition)
+        report.faults.append(Fault(cluster=cluster, node=f.node.name, pool=health.pool_of(f.node), condition=f.condition,
+                                   since=f.since, message=(cond.message if cond else "")[:300]))
+
+
+def _selectors(cluster: Any, policy: RemediationPolicy) -> list[str]:
+    """The GPU-node selectors of a cluster: REMEDIATION's (kubernetes.azure.com/accelerator=nvidia) and, on
+    node auto-provisioning clusters, Karpenter's GPU label, which its nodes carry instead."""
+    selectors = [policy.node_selector]
+    if str(getattr(cluster, "node_provisioning_mode", "")).lower() == "auto" and \
+            policy.node_selector != health.NAP_GPU_SELECTOR:
+        selectors.append(health.NAP_GPU_SELECTOR)
+    return selectors
+
+
+def _equality_terms(selector: str) -> dict[str, str] | None:
+    """``k=v,k2=v2`` as a dict; None for any other selector form."""
+    terms: dict[str, str] = {}
+    for part in selector.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or not key or value.startswith("=") or key.endswith("!"):
+            return None
+        terms[key.strip()] = value.strip()
+    return terms
+
+
+def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, report: SweepReport,
+                   observations: dict[str, float]) -> None:
+    cluster_id = cluster.id
+    kube = ctx.access.kube(cluster_id)
+    page: list[NodeView] = []
+    selectors = _selectors(cluster, policy)
+    primary = _equality_terms(selectors[0])
+    seen: set[str] = set()  # only when the primary selector is not plain equality (never by default)
+    for i, selector in enumerate(selectors):
+        for node in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
+            if i == 0 and primary is None and len(selectors) > 1:
+                seen.add(node.name)
+            if i > 0:
+                # a node both selectors match was evaluated in the first pass
+                if primary is not None and all(node.labels.get(k) == v for k, v in primary.items()):
+                    continue
+                if primary is None and node.name in seen:
+                    continue
+            report.nodes += 1
+            page.append(node)
+            if len(page) >= policy.page_size:
+                _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
+                      observations=observations)
+                page = []
+    if page:
+        _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
+              observations=observations)
+
+
+def _handled(ctx: Context, fault: Fault) -> bool:
+    rec = ctx.ledger.get(remediation.NODE_KIND, remediation.node_key(fault.cluster, fault.node))
+    return rec is not None and fault.id in (rec.data.get("faults") or [])
+
+
+def _publish(ctx: Context, fault: Fault, *, now: float, policy: RemediationPolicy) -> None:
+    ctx.events.publish(
+        type_=remediation.UNHEALTHY_EVENT,
+        subject=remediation.subject(fault.cluster, fault.pool, fault.node),
+        data={"cluster": fault.cluster, "node": fault.node, "pool": fault.pool, "condition": fault.condition,
+              "since": remediation.iso(fault.since), "observed_at": remediation.iso(now),
+              "threshold_s": policy.threshold_for(fault.condition), "message": fault.message},
+        id_=fault.id,
+    )
+
+
+def sweep(ctx: Context) -> SweepReport:
+    """Evaluate every GPU node in scope, feed the breaker, publish the unhealthy faults."""
+    from shared.fleet import scope
+
+    policy = ctx.settings.remediation or RemediationPolicy()
+    report = SweepReport()
+    try:
+        clusters = scope.discover(ctx.access.aks(), ctx.settings)
+    except StewardError as exc:
+        report.errors.append(f"discovering clusters: {exc}")
+        return report
+    observations: dict[str, float] = {}
+    for cluster in clusters:
+        report.clusters += 1
+        try:
+            _sweep_cluster(ctx, cluster, policy=policy, report=report, observations=observations)
+        except StewardError as exc:
+            report.errors.append(f"{cluster.id}: {type(exc).__name__}: {exc}")
+            log.warning("sweep of %s failed: %s", cluster.id, exc)
+    now = ctx.clock.now()
+    try:
+        state = breaker.update(ctx, observations=observations, fleet_nodes=report.nodes, policy=policy)
+        report.breaker = state.state
+        _metric(ctx, "breaker_open", 1 if state.is_open else 0)
+    except StewardError as exc:
+        report.errors.append(f"breaker: {exc}")
+    for fault in report.faults:
+        try:
+            if _handled(ctx, fault):
+                report.suppressed += 1
+                continue
+            _publish(ctx, fault, now=now, policy=policy)
+            report.published += 1
+            seen = ctx.extras.setdefault("sweep.reported_faults", {})
+            if fault.id not in seen:  # a refused fault is re-reported every sweep: measure its detection once
+                seen[fault.id] = now
+                if len(seen) > _SEEN_CAP:
+                    for key in list(seen)[: len(seen) - _SEEN_CAP]:
+                        del seen[key]
+                _metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
+        except StewardError as exc:
+            report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
+    log.info("sweep: %s", report.summary())
+    return report
+
+
+def _metric(ctx: Context, name: str, value: float, **attrs: Any) -> None:
+    remediation._metric(ctx, name, value, **attrs)
