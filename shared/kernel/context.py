@@ -8,7 +8,9 @@ state machines, is what keeps the decisions pure and the triggers thin.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shared.kernel.memo import Caches
 
 if TYPE_CHECKING:
     from shared.kernel.clock import Clock
@@ -27,4 +29,4 @@ class Context:
     telemetry: Telemetry
     instance: str = "local"  # who owns claims and leases: host name + process id in Azure
     nudge: NudgePort | None = None  # delayed wake-ups of the reconciler (shared.kernel.nudge); None: the timer alone
-    extras: dict[str, Any] = field(default_factory=dict)
+    caches: Caches = field(default_factory=Caches)  # per-process caches, typed and named (shared.kernel.memo)

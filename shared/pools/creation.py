@@ -107,12 +107,8 @@ def scope_check(ctx: Context) -> Callable[[str], bool]:
 
     A cluster in a subscription outside FLEET_SUBSCRIPTIONS is refused without any ARM call; one
     ARM cannot find or will not show us is out of scope too. Throttled/Transient propagate (the
-    queue retries the message). Tests may put their own callable in ``ctx.extras["in_scope"]``.
+    queue retries the message).
     """
-    override = ctx.extras.get("in_scope")
-    if callable(override):
-        return override  # type: ignore[no-any-return]
-
     def check(cluster_id: str) -> bool:
         settings = ctx.settings
         if scope.subscription_of(cluster_id) not in {s.lower() for s in settings.subscriptions}:

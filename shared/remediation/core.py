@@ -305,7 +305,6 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> str:
                   breaker_open=fleet_breaker.is_open, policy=policy)
 
 
-_TRUTH_TTL_S, _TRUTH_CAP = 60.0, 5000
 
 
 def _judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict:
@@ -317,20 +316,15 @@ def _judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdic
     verdict depends on (the node's uid, providerID and claimed pool; the cluster's node resource
     group and provisioning mode), so a changed node or cluster is judged afresh.
     """
-    cache: dict[tuple[str, ...], tuple[float, node_truth.Verdict]] = ctx.extras.setdefault("remediation.node_truth", {})
     key = (cluster.id.lower(), cluster.subscription, cluster.node_resource_group, cluster.node_provisioning_mode,
            node.name, node.uid, node.provider_id, health.pool_of(node), str(health.is_karpenter_node(node)))
     now = ctx.clock.now()
-    hit = cache.get(key)
-    if hit is not None and now - hit[0] < _TRUTH_TTL_S:
-        return hit[1]
+    hit: node_truth.Verdict | None = ctx.caches.node_verdicts.get(key, now=now)
+    if hit is not None:
+        return hit
     verdict = node_truth.resolve(ctx.access.aks(), cluster, pool_name=health.pool_of(node), node_name=node.name,
                                  provider_id=node.provider_id, nap=health.is_karpenter_node(node))
-    if len(cache) >= _TRUTH_CAP:
-        for stale in [k for k, (at, _) in cache.items() if now - at >= _TRUTH_TTL_S] or list(cache)[:_TRUTH_CAP // 2]:
-            cache.pop(stale, None)
-    cache[key] = (now, verdict)
-    return verdict
+    return ctx.caches.node_verdicts.put(key, verdict, now=now)
 
 
 def _pool_unavailable(kube: KubePort, selector: str, policy: RemediationPolicy) -> tuple[int, set[str]]:
@@ -530,17 +524,15 @@ def _take_lease(kube: KubePort, record: Record, policy: RemediationPolicy) -> bo
 
 def _cluster_tags(ctx: Context, cluster_id: str) -> Mapping[str, str]:
     """The cluster's tags (for the pause tag), cached a minute per process."""
-    cache = ctx.extras.setdefault("remediation.cluster_tags", {})
-    hit = cache.get(cluster_id)
     now = ctx.clock.now()
-    if hit is not None and now - hit[0] < 60:
-        return hit[1]
+    hit = ctx.caches.cluster_tags.get(cluster_id, now=now)
+    if hit is not None:
+        return hit
     try:
         tags = dict(ctx.access.aks().get_cluster(cluster_id).tags or {})
     except NotFound:
         tags = {}
-    cache[cluster_id] = (now, tags)
-    return tags
+    return ctx.caches.cluster_tags.put(cluster_id, tags, now=now)
 
 
 def _finish(record: Record, ctx: Context, kube: KubePort, state: str, *, now: float, event: str, note: str,

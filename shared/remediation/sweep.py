@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from shared.kernel.context import Context
 
 log = logging.getLogger("steward.sweep")
-_SEEN_CAP = 10_000  # faults remembered per process, only to measure each detection once
 
 
 @dataclass(frozen=True)
@@ -189,12 +188,9 @@ def sweep(ctx: Context) -> SweepReport:
                 continue
             _publish(ctx, fault, now=now, policy=policy)
             report.published += 1
-            seen = ctx.extras.setdefault("sweep.reported_faults", {})
-            if fault.id not in seen:  # a refused fault is re-reported every sweep: measure its detection once
-                seen[fault.id] = now
-                if len(seen) > _SEEN_CAP:
-                    for key in list(seen)[: len(seen) - _SEEN_CAP]:
-                        del seen[key]
+            seen = ctx.caches.reported_faults
+            if seen.get(fault.id, now=now) is None:  # a refused fault is re-reported every sweep: measure its detection once
+                seen.put(fault.id, now, now=now)
                 _metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
