@@ -169,8 +169,8 @@ class Stack:
 
     def context(self) -> Any:
         """An in-process app Context on this stack (for tests and reports; same settings as the hosts)."""
+        from shared import settings as settings_mod
         from shared import wiring
-        from shared.kernel import settings as settings_mod
 
         env = {**self.settings, "IDENTITY_ENDPOINT": str(self.endpoints["identity_endpoint"]),
                "IDENTITY_HEADER": str(self.endpoints["identity_header"])}

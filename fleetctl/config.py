@@ -76,7 +76,7 @@ def use_fleet_clock(endpoints: str | Path) -> None:
 
 
 def export(settings: Mapping[str, str], *, environ: MutableMapping[str, str] | None = None) -> None:
-    """Make the settings visible to shared.kernel.settings (which reads the environment), file values included."""
+    """Make the settings visible to shared.settings (which reads the environment), file values included."""
     env = os.environ if environ is None else environ
     for name, value in settings.items():
         env.setdefault(name, value)

@@ -94,7 +94,7 @@ var functionAppName = '${abbrs.functionApps}${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 var deadLetterContainerName = 'eventgrid-deadletter'
 
-// Queue and table names: the code's defaults (shared/kernel/settings.py), set as app settings below and
+// Queue and table names: the code's defaults (shared/settings.py), set as app settings below and
 // created in the storage account; the host adds "-poison" queues for messages that keep failing.
 var poolRequestQueue = 'gpu-pool-requests'
 var nudgeQueue = 'steward-nudge'
@@ -111,7 +111,7 @@ var teamQueueGrants = [for team in teams: {
   principalType: team.?principalType ?? 'Group'
 }]
 
-// Every setting the steward's code reads (shared/kernel/settings.py and the policy modules), with the
+// Every setting the steward's code reads (shared/settings.py and the policy modules), with the
 // defaults the code uses; tests/infra derives the list from the code and compares.
 var stewardSettings = {
   FLEET_SUBSCRIPTIONS: join(fleetSubscriptions, ',')

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from shared.kernel.clock import Clock
     from shared.kernel.context import Context
     from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, KubePort
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 log = logging.getLogger("steward.wiring")
 
@@ -193,7 +193,7 @@ def build_context(settings: Settings | None = None, **overrides: Any) -> Context
 
     telemetry.install_log_record_factory()
     if settings is None:
-        from shared.kernel.settings import load
+        from shared.settings import load
 
         settings = load()
     instance = overrides.pop("instance", None) or instance_name(settings)

@@ -130,7 +130,7 @@ class InProcessRun:
     # ------------------------------------------------------------------ hosts
 
     def _settings(self) -> Any:
-        from shared.kernel import settings as settings_mod
+        from shared import settings as settings_mod
 
         return settings_mod.load(self.settings_env)
 

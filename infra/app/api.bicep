@@ -15,7 +15,7 @@ param storageTableEndpoint string
 param teamRequestsQueueEndpoint string
 param deploymentContainerName string
 param applicationInsightsConnectionString string
-@description('The steward\'s own settings (everything shared/kernel/settings.py reads).')
+@description('The steward\'s own settings (everything shared/settings.py reads).')
 param appSettings object
 @minValue(40)
 @maxValue(1000)

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
 
     from shared.kernel.clock import Clock
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 T = TypeVar("T")
 

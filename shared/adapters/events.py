@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from azure.core.credentials import AccessToken, TokenCredential
 
     from shared.kernel.clock import Clock
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 
 class AudienceCredential:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
 
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 _lock = threading.Lock()
 _credentials: dict[tuple[str, bool], Any] = {}

@@ -31,7 +31,7 @@ from shared.kernel.ports import Record
 
 if TYPE_CHECKING:
     from shared.kernel.clock import Clock
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 TRANSPORT_OPTIONS: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
 

@@ -42,7 +42,7 @@ from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, EvictionResul
 
 if TYPE_CHECKING:
     from shared.kernel.clock import Clock
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 log = logging.getLogger("steward.gate")
 

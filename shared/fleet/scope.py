@@ -17,7 +17,7 @@ from shared.kernel.ports import AksPort, ClusterInfo
 from shared.remediation.policy import PAUSED_TAG
 
 if TYPE_CHECKING:
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 log = logging.getLogger("steward.scope")
 

@@ -15,8 +15,8 @@ from shared.kernel.memo import Caches
 if TYPE_CHECKING:
     from shared.kernel.clock import Clock
     from shared.kernel.ports import ClusterAccess, EventsPort, LedgerPort, NudgePort
-    from shared.kernel.settings import Settings
     from shared.kernel.telemetry import Telemetry
+    from shared.settings import Settings
 
 
 @dataclass

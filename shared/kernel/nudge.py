@@ -35,7 +35,7 @@ from shared.kernel.errors import StewardError, Transient
 
 if TYPE_CHECKING:
     from shared.kernel.clock import Clock
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 log = logging.getLogger("steward.nudge")
 

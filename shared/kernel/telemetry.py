@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
 
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
 log = logging.getLogger("steward")
 

@@ -52,11 +52,11 @@ from shared.kernel.errors import (
     Transient,
 )
 from shared.kernel.ports import PoolInfo, Record
-from shared.kernel.settings import DEFAULT_STEWARD_NAMESPACE
 from shared.pools import nap, teams
 from shared.pools import spec as pool_spec
 from shared.pools.policy import PoolRequestPolicy
 from shared.pools.request import PoolRequest, Problem, Rejection, ValidatedRequest, evidence, parse_and_validate
+from shared.settings import DEFAULT_STEWARD_NAMESPACE
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context

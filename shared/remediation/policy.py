@@ -118,7 +118,7 @@ class RemediationPolicy:
     Operations: ``dry_run`` (REMEDIATION_DRY_RUN), ``poll_s`` (REMEDIATION_POLL_S = 20, how soon a
     waiting remediation is looked at again), ``lease_s`` (REMEDIATION_NODE_LEASE_S = 300),
     ``page_size`` (REMEDIATION_SWEEP_PAGE_SIZE = 500). The app-wide pause is STEWARD_PAUSED (in
-    shared.kernel.settings); the cluster tag and node label are fixed names (``PAUSED_TAG``, ``OPT_OUT_LABEL``).
+    shared.settings); the cluster tag and node label are fixed names (``PAUSED_TAG``, ``OPT_OUT_LABEL``).
     """
 
     conditions: tuple[str, ...] = DEFAULT_CONDITIONS

@@ -26,7 +26,7 @@ from infra_facts import (
     variable,
 )
 
-from shared.kernel.settings import PLATFORM_SETTINGS
+from shared.settings import PLATFORM_SETTINGS
 
 LOCAL_SETTINGS_EXAMPLE = REPO / "local.settings.example.json"
 
@@ -37,7 +37,7 @@ NOT_SET_IN_AZURE: dict[str, str] = {
     "TeamRequestsStorage": "a connection string to the team queues, for local runs; Azure uses TeamRequestsStorage__*",
     "STEWARD_CA_BUNDLE": "trusts the simulator's CA locally; Azure's endpoints use public CAs",
     "STEWARD_INSTANCE_NAME": "each instance names itself; one fixed value would give scaled-out instances one lease owner",
-    **{name: "set by the platform (shared.kernel.settings.PLATFORM_SETTINGS)" for name in PLATFORM_SETTINGS},
+    **{name: "set by the platform (shared.settings.PLATFORM_SETTINGS)" for name in PLATFORM_SETTINGS},
 }
 
 # Set in Azure for the Functions host or the platform, not read by the code through shared.kernel.env.
@@ -66,7 +66,7 @@ def deployed_settings() -> dict[str, Any]:
 def test_the_code_reads_its_settings_through_shared_env() -> None:
     names = code_setting_names()
     assert len(names) >= 40, f"only {len(names)} settings found in shared/; the scan is broken"
-    assert binding_setting_names() <= names, "a binding uses a %SETTING% that shared/kernel/settings.py does not validate"
+    assert binding_setting_names() <= names, "a binding uses a %SETTING% that shared/settings.py does not validate"
 
 
 def test_every_setting_the_code_reads_is_deployed_and_nothing_else() -> None:
@@ -122,7 +122,7 @@ def test_overrides_are_empty_unless_the_operator_sets_them() -> None:
 
 
 def test_the_deployed_settings_pass_the_apps_own_validation(tmp_path: Path) -> None:
-    from shared.kernel.settings import load
+    from shared.settings import load
 
     sample = {
         "FLEET_SUBSCRIPTIONS": "00000000-0000-0000-0000-000000000001",
@@ -172,7 +172,7 @@ def test_local_settings_example_documents_every_setting_the_code_reads() -> None
 
 
 def test_the_start_up_log_line_shows_no_connection_string() -> None:
-    from shared.kernel.settings import load
+    from shared.settings import load
 
     connection = f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_ACCOUNT_KEY};"
     insights = "Instrumentation" "Key=00000000-0000-0000-0000-000000000009;IngestionEndpoint=https://x.example/"

@@ -46,7 +46,7 @@ def test_funcignore_keeps_local_only_files_out_of_the_package(path: str) -> None
 
 
 @pytest.mark.parametrize("path", ["function_app.py", "host.json", "requirements.txt", "constraints.txt",
-                                  "shared/kernel/settings.py", "functions/remediation.py"])
+                                  "shared/settings.py", "functions/remediation.py"])
 def test_funcignore_ships_the_app(path: str) -> None:
     assert not ignored(path, funcignore_patterns()), f".funcignore excludes {path}, which the app needs"
 

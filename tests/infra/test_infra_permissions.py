@@ -282,7 +282,7 @@ def test_the_namespaced_role_grants_exactly_the_calls_the_code_makes_in_its_name
 
 
 def test_leases_events_and_jobs_are_granted_only_in_the_apps_namespace() -> None:
-    from shared.kernel.settings import DEFAULT_STEWARD_NAMESPACE
+    from shared.settings import DEFAULT_STEWARD_NAMESPACE
 
     namespace = the_one(NAMESPACE, "Namespace")
     assert namespace["metadata"]["name"] == DEFAULT_STEWARD_NAMESPACE

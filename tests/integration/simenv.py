@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.kernel.settings import Settings, load
+from shared.settings import Settings, load
 from sim.testing import SimHandle, start_sim
 
 

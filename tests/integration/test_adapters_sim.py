@@ -19,7 +19,7 @@ import pytest
 
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Conflict, Forbidden, Invalid, Throttled, Transient
-from shared.kernel.settings import Settings
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)

@@ -23,7 +23,7 @@ import yaml
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import FeatureNotRegistered, OperationInProgress, QuotaExceeded
 from shared.kernel.ports import PoolInfo
-from shared.kernel.settings import Settings
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)

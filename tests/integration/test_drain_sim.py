@@ -20,9 +20,9 @@ from shared.adapters.ledger import InMemoryLedger
 from shared.drain import core as drain
 from shared.kernel.clock import ScaledClock
 from shared.kernel.ports import Record
-from shared.kernel.settings import Settings
 from shared.remediation import core as remediation
 from shared.remediation.policy import RemediationPolicy
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)

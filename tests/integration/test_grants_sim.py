@@ -23,7 +23,7 @@ import pytest
 from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_kube_rules
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Forbidden
-from shared.kernel.settings import load
+from shared.settings import load
 
 if importlib.util.find_spec("sim.server") is None:  # pragma: no cover
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)

@@ -229,7 +229,7 @@ def test_key_encoding_is_reversible_and_table_safe(value: str) -> None:
 
 
 def test_the_ledger_connects_from_settings_and_creates_its_table_once(storage_connection_string: str) -> None:
-    from shared.kernel.settings import Settings
+    from shared.settings import Settings
 
     settings = Settings(subscriptions=("11111111-1111-1111-1111-111111111111",),
                         eventgrid_topic_endpoint="https://eg.example", storage_connection_string=storage_connection_string,

@@ -18,9 +18,9 @@ import pytest
 
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Forbidden, LinkedAuthorizationFailed
-from shared.kernel.settings import load
 from shared.migration.maintenance import window_open
 from shared.migration.policy import MigrationPolicy
+from shared.settings import load
 
 if importlib.util.find_spec("sim.server") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)

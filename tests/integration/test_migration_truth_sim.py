@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from shared.kernel.clock import ManualClock
-from shared.kernel.settings import Settings
 from shared.migration.core import _pool_refusal, record_for
 from shared.migration.plan import body_problems, plan, pool_ineligibility, record_problems
 from shared.migration.policy import MigrationPolicy
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)

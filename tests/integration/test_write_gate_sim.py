@@ -16,7 +16,7 @@ import pytest
 
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Conflict
-from shared.kernel.settings import Settings
+from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)

@@ -51,7 +51,7 @@ def steward_on(scenario: dict[str, Any], **settings: str) -> Iterator[tuple[SimH
     from shared.adapters import identity
     from shared.adapters.ledger import InMemoryLedger
     from shared.kernel.context import Context
-    from shared.kernel.settings import load
+    from shared.settings import load
     from shared.wiring import FleetAccess
 
     with start_sim(scenario=scenario) as sim, pytest.MonkeyPatch.context() as mp:

@@ -20,8 +20,8 @@ from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
 from shared.kernel.errors import Conflict, NotFound
 from shared.kernel.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
-from shared.kernel.settings import Settings
 from shared.pools.policy import PoolRequestPolicy
+from shared.settings import Settings
 
 SUB = "00000000-0000-0000-0000-000000000001"
 OTHER_SUB = "00000000-0000-0000-0000-0000000000ff"

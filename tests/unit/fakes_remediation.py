@@ -31,8 +31,8 @@ from shared.kernel.ports import (
     PoolInfo,
     Taint,
 )
-from shared.kernel.settings import Settings
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.settings import Settings
 
 SUB = "00000000-0000-0000-0000-000000000001"
 CLUSTER = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"

@@ -20,11 +20,11 @@ from shared.kernel.context import Context
 from shared.kernel.errors import Transient
 from shared.kernel.ports import PodView, Record, Taint
 from shared.kernel.reconciler import reconcile_once
-from shared.kernel.settings import Settings
 from shared.migration import core as migration
 from shared.migration.core import MIGRATION_ANNOTATION, NodeShape, advance, fit_problems, quantity, run_planner
 from shared.migration.plan import TERMINAL_STATES, item_from_record, migration_id
 from shared.migration.policy import MigrationPolicy
+from shared.settings import Settings
 from tests.unit.fakes_migration import SUB, FakeAccess, FakeFleet
 
 NOW = 1_764_684_000.0  # 2025-12-02T14:00Z, a Tuesday

@@ -18,8 +18,8 @@ from shared.kernel.context import Context
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import reconcile_once
-from shared.kernel.settings import Settings
 from shared.remediation import breaker
+from shared.settings import Settings
 from tests.unit.fakes_remediation import FakeEvents
 
 NOW = 1_764_684_000.0

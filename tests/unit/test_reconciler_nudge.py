@@ -184,7 +184,7 @@ def test_wake_up_times_fall_on_a_grid_no_coarser_than_a_fifth_of_the_wait(wait: 
 def test_the_process_context_sends_delayed_nudges_unless_the_setting_turns_them_off(value: str | None, wired: bool) -> None:
     from shared import wiring
     from shared.kernel.nudge import QueueNudger
-    from shared.kernel.settings import load
+    from shared.settings import load
 
     env = {"FLEET_SUBSCRIPTIONS": "8f2d4c1e-5a3b-4c7d-9e0f-000000000001", "AzureWebJobsStorage": "UseDevelopmentStorage=true",
            "EVENTGRID_TOPIC_ENDPOINT": "https://127.0.0.1:8443/eventgrid/api/events"}

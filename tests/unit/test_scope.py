@@ -10,7 +10,7 @@ import pytest
 from shared.fleet.scope import discover, in_scope
 from shared.kernel.errors import NotFound
 from shared.kernel.ports import ClusterInfo, MachineInfo, PoolInfo
-from shared.kernel.settings import Settings
+from shared.settings import Settings
 
 SUB_A = "11111111-1111-1111-1111-111111111111"
 SUB_B = "22222222-2222-2222-2222-222222222222"

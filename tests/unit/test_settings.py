@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.kernel.env import SettingError
-from shared.kernel.settings import load
+from shared.settings import load
 
 SUB = "11111111-2222-3333-4444-555555555555"
 CLUSTER = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"

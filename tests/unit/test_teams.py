@@ -13,10 +13,10 @@ import pytest
 
 from shared import entrypoints
 from shared.kernel.env import SettingError
-from shared.kernel.settings import load
 from shared.pools import teams
 from shared.pools.creation import KIND, accept
 from shared.pools.teams import DEFAULT_MAX_GPUS_PER_REQUEST, DEFAULT_SIZES, Team
+from shared.settings import load
 from tests.unit.fakes_pool import CLUSTER, NAP_CLUSTER, OTHER_SUB, SUB, make_world, message
 
 H100 = "Standard_ND96isr_H100_v5"  # 8 GPUs per VM

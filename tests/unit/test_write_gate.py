@@ -17,7 +17,7 @@ from shared.fleet import gate
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Forbidden, NotFound
 from shared.kernel.ports import ClusterInfo, EvictionResult, NodeView, Record
-from shared.kernel.settings import Settings
+from shared.settings import Settings
 from shared.wiring import FleetAccess
 
 SUB = "00000000-0000-0000-0000-000000000001"
