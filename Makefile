@@ -1,7 +1,8 @@
 # The project's commands. POSIX make; works on a fresh machine with python3.11, node/npm and make.
 #   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
-#   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)      make lint   ruff
+#   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
+#   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ (mypy.ini)
 
 .POSIX:
 .PHONY: all venv azurite test demo bench soak lint clean
@@ -45,6 +46,8 @@ soak: $(STAMP) $(AZURITE)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m mypy shared
 
 clean:
-	rm -rf $(VENV) .tools .state .pytest_cache bench-results.json
+	rm -rf $(VENV) .tools .state .pytest_cache .mypy_cache bench-results.json

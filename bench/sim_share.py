@@ -52,7 +52,7 @@ def _timed(fn: Callable[[], int], pid: int) -> dict[str, float]:
 def measure(nodes: int, *, page_size: int = 500) -> dict[str, dict[str, float]]:
     from kubernetes import client as k8s
 
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
     from sim.generate import large_fleet
     from sim.testing import start_sim
 

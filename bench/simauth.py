@@ -1,6 +1,6 @@
 """A token credential backed by the simulator's control API, for benchmarks that drive adapters directly.
 
-The benchmarks that time the app's client code (the sweep's listing) build ``shared.adapters.kube.KubeClient``
+The benchmarks that time the app's client code (the sweep's listing) build ``shared.adapters.kube.client.KubeClient``
 exactly as the app does; only the credential differs, because the bench process is not a Functions
 host with a managed identity. Token acquisition is outside every timed section.
 """

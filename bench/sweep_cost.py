@@ -57,7 +57,7 @@ class _Clients:
     def __init__(self, sim: Any, *, page_size: int) -> None:
         from kubernetes import client as k8s
 
-        from shared.adapters.kube import KubeClient
+        from shared.adapters.kube.client import KubeClient
 
         self.page_size = page_size
         credential = SimTokenCredential(sim)
@@ -131,7 +131,7 @@ class _ListHead(msgspec.Struct):
 
 def decode_ours(pages: list[bytes]) -> int:
     """Our decoding and evaluation of pages already in memory (no transport)."""
-    from shared.adapters.kube import decode_node_list
+    from shared.adapters.kube.decoding import decode_node_list
     from shared.remediation import health
     from shared.remediation.policy import RemediationPolicy
 

@@ -125,10 +125,10 @@ def _snapshot(ctx: Any) -> dict[tuple[str, str], Any]:
 
 def _finished(records: dict[tuple[str, str], Any]) -> tuple[bool, list[str]]:
     from shared.migration import plan as migration_plan
-    from shared.pools import creation as pool_creation
-    from shared.remediation import core as remediation
+    from shared.pools import steps as pool_steps
+    from shared.remediation import records as remediation
 
-    active = {"pool-request": pool_creation.ACTIVE_STATES, "remediation": remediation.ACTIVE_STATES,
+    active = {"pool-request": pool_steps.ACTIVE_STATES, "remediation": remediation.ACTIVE_STATES,
               "migration": migration_plan.ACTIVE_STATES}
     waiting = [f"{k} {i} ({r.state})" for (k, i), r in records.items() if r.state in active[k]]
     kinds_seen = {k for k, _ in records}
@@ -171,7 +171,7 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
                     print(f"      · {reason if isinstance(reason, str) else json.dumps(reason)}")
         print()
     try:
-        from shared.migration import core as migration
+        from shared.migration import planner as migration
 
         plan = migration.observe_plan(ctx)
         skipped = [s for s in getattr(plan, "skipped", [])]

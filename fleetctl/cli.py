@@ -169,15 +169,15 @@ def _breaker_text(view: dict[str, Any]) -> str:
 
 def cmd_breaker(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
     """Show the breaker; ``--reset`` asks the app to reset it through a validated command record
-    (shared.commands): fleetctl never writes the breaker record itself."""
+    (shared.remediation.commands): fleetctl never writes the breaker record itself."""
     if args.reset:
         if not args.by or not args.reason:
             print("fleetctl breaker --reset needs --by NAME and --reason TEXT (who resets it, and why, are recorded)",
                   file=sys.stderr)
             return 2
-        from shared import commands
         from shared.kernel import clock as clocks
         from shared.kernel.errors import Invalid
+        from shared.remediation import commands
 
         try:
             record = commands.request(_ledger(settings), command=commands.BREAKER_RESET, by=args.by,

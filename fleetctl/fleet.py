@@ -3,7 +3,7 @@
 fleetctl builds the same :class:`shared.kernel.context.Context` the app builds (``shared.wiring``), so it
 reaches ARM and the Kubernetes API servers with the same scope, endpoints and credentials (your
 developer identity on a laptop, via DefaultAzureCredential). It only reads: ``breaker --reset``
-writes an operator command to the ledger (shared.commands), which the app validates and applies.
+writes an operator command to the ledger (shared.remediation.commands), which the app validates and applies.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def fleet_view(ctx: Any) -> list[dict[str, Any]]:
 
 def observe_plan(ctx: Any) -> Any:
     """The migration plan, computed now, changing nothing."""
-    from shared.migration import core as migration
+    from shared.migration import planner as migration
 
     planner = getattr(migration, "plan_fleet", None) or getattr(migration, "observe_plan", None)
     if planner is None:
-        raise FleetUnavailable("shared.migration.core has neither plan_fleet() nor observe_plan()")
+        raise FleetUnavailable("shared.migration.planner has neither plan_fleet() nor observe_plan()")
     return planner(ctx)

@@ -1,6 +1,6 @@
 """Reading the app's ledger (one Azure Table; docs/architecture.md, "Durable records").
 
-fleetctl reads here (and writes only operator commands, shared.commands), through
+fleetctl reads here (and writes only operator commands, shared.remediation.commands), through
 ``shared.adapters.ledger.TableLedger`` so the row encoding stays the app's.
 The views below pick the fields a person needs from each kind's record: what was asked, where it
 is now, and why (the last history note, or the rejection's reasons).
@@ -66,7 +66,7 @@ def pool_request_view(record: Any) -> dict[str, Any]:
     reasons = d.get("reasons") or []
     return {"id": record.id, "state": record.state, "requester": d.get("requester"),
             "cluster": _cluster_name(d.get("cluster")), "cluster_id": d.get("cluster"), "pool": d.get("pool"),
-            "vm_size": d.get("vmSize"), "created_at": record.created_at, "updated_at": record.updated_at,
+            "vm_size": d.get("vm_size") or d.get("vmSize"), "created_at": record.created_at, "updated_at": record.updated_at,
             "outcome": "; ".join(map(str, reasons)) if reasons else (d.get("error") or _last_note(record)),
             "terminal": record.state in TERMINAL[POOL_REQUEST]}
 
@@ -115,8 +115,8 @@ RECENT_COMMANDS = 5
 
 
 def command_views(ledger: Any, *, limit: int = RECENT_COMMANDS) -> list[dict[str, Any]]:
-    """The latest operator commands (pending first), as shared.commands shows them."""
-    from shared import commands
+    """The latest operator commands (pending first), as shared.remediation.commands shows them."""
+    from shared.remediation import commands
 
     found = list_records(ledger, COMMAND)
     pending = [r for r in found if r.state in commands.ACTIVE_STATES]

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 import azure.functions as func
 
 from shared import entrypoints
-from shared.pools import teams
 
 bp = func.Blueprint()
 
@@ -31,14 +30,14 @@ def _handler(team: str) -> Callable[[func.QueueMessage, func.Out[str]], None]:
     return pool_requests
 
 
-def register(blueprint: func.Blueprint, team_list: Iterable[teams.Team]) -> None:
+def register(blueprint: func.Blueprint, queues: Iterable[entrypoints.TeamQueue]) -> None:
     """One queue-trigger function per team on ``blueprint``."""
-    for team in team_list:
-        handler = _handler(team.name)
+    for queue in queues:
+        handler = _handler(queue.team)
         handler = blueprint.queue_output(arg_name="nudge", queue_name="%NUDGE_QUEUE%",
                                          connection="AzureWebJobsStorage")(handler)
-        handler = blueprint.queue_trigger(arg_name="msg", queue_name=team.queue, connection=teams.CONNECTION)(handler)
-        blueprint.function_name(team.function_name)(handler)
+        handler = blueprint.queue_trigger(arg_name="msg", queue_name=queue.queue, connection=queue.connection)(handler)
+        blueprint.function_name(queue.function_name)(handler)
 
 
-register(bp, teams.from_env())
+register(bp, entrypoints.pool_request_queues())

@@ -9,7 +9,9 @@ runs).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,9 +33,27 @@ def _ctx(ctx: Context | None) -> Context:
 class PoolRequestResult:
     """What the queue trigger needs to know: the request's fate and whether to wake the reconciler."""
 
-    status: str  # accepted | duplicate | rejected
+    status: str  # shared.pools.intake.AcceptStatus: accepted | duplicate | rejected
     request_id: str
     nudge: str | None = None
+
+
+@dataclass(frozen=True)
+class TeamQueue:
+    """One team's pool-request queue, as the function app registers a queue trigger for it."""
+
+    team: str
+    function_name: str
+    queue: str
+    connection: str
+
+
+def pool_request_queues(env: Mapping[str, str] | None = None) -> list[TeamQueue]:
+    """The queues of POOL_REQUEST_TEAMS, one trigger each (read when the function app is indexed)."""
+    from shared.pools import teams
+
+    return [TeamQueue(team=t.name, function_name=t.function_name, queue=t.queue, connection=teams.CONNECTION)
+            for t in teams.from_env(env)]
 
 
 def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", dequeue_count: int = 1,
@@ -46,7 +66,7 @@ def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", d
     """
     from shared.kernel import telemetry
     from shared.kernel.env import SettingError
-    from shared.pools import creation as pool_creation
+    from shared.pools import intake
     from shared.pools import teams as teams_mod
 
     context = _ctx(ctx)
@@ -54,10 +74,21 @@ def handle_pool_request(body: bytes | str, *, team: str, message_id: str = "", d
     if entry is None:
         raise SettingError(f"setting {teams_mod.SETTING} has no team {team!r}, whose queue this message came from")
     with telemetry.correlation(message_id or None):
-        outcome = pool_creation.accept(body, dequeue_count=dequeue_count, ctx=context, team=entry)
-    status = str(outcome.status)
-    nudge = f"pool-request:{outcome.request_id}" if status == "accepted" else None
-    return PoolRequestResult(status=status, request_id=str(outcome.request_id), nudge=nudge)
+        outcome = intake.accept(body, dequeue_count=dequeue_count, ctx=context, team=entry)
+    nudge = f"pool-request:{outcome.request_id}" if outcome.status is intake.AcceptStatus.ACCEPTED else None
+    return PoolRequestResult(status=outcome.status.value, request_id=outcome.request_id, nudge=nudge)
+
+
+def record_kinds() -> dict[str, ModuleType]:
+    """Each kind of durable record and the module that steps it (``KIND``, ``ACTIVE_STATES``, ``advance``,
+    ``give_up``): the reconciler's registry, named here in the app layer so that the kernel imports no job.
+    Imported when a reconcile runs, not when the function app is indexed (cold start)."""
+    from shared.migration import steps as migration
+    from shared.pools import steps as pool_requests
+    from shared.remediation import commands
+    from shared.remediation import steps as remediation
+
+    return {module.KIND: module for module in (pool_requests, remediation, migration, commands)}
 
 
 def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Context | None = None) -> ReconcileReport:
@@ -66,7 +97,7 @@ def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Contex
 
     context = _ctx(ctx)
     with telemetry.correlation(None):
-        report = reconciler.reconcile_once(context)
+        report = reconciler.reconcile_once(context, modules=record_kinds())
     log.info("reconcile (%s%s): %s", reason, f", {hint}" if hint else "", report.advanced or "nothing due")
     return report
 
@@ -96,19 +127,19 @@ class GpuEventResult:
 def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEventResult:
     """Admit or refuse a remediation for a ``Steward.GpuNode.Unhealthy`` CloudEvent."""
     from shared.kernel import telemetry
-    from shared.remediation import core as remediation
+    from shared.remediation import admission
 
     context = _ctx(ctx)
     with telemetry.correlation(str(event.get("id") or "") or None):
-        outcome = remediation.handle_event(event, context)
-    admitted = outcome.startswith("admitted")
-    return GpuEventResult(outcome=outcome, nudge=f"remediation:{event.get('id')}" if admitted else None)
+        handled = admission.handle_event(event, context)
+    admitted = handled.outcome is admission.Handling.ADMITTED
+    return GpuEventResult(outcome=handled.detail, nudge=f"remediation:{event.get('id')}" if admitted else None)
 
 
 def run_migration_planner(ctx: Context | None = None) -> Any:
     """Plan migrations of unmanaged GPU pools and start the ones the plan allows."""
     from shared.kernel import telemetry
-    from shared.migration import core as migration
+    from shared.migration import planner as migration
 
     context = _ctx(ctx)
     with telemetry.correlation(None):

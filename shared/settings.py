@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from shared.drain.settings import DrainSettings
 from shared.kernel.env import SettingError, env_bool, env_int, env_list, env_str
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ class Settings:
     pool_requests: PoolRequestPolicy | None = None
     remediation: RemediationPolicy | None = None
     migration: MigrationPolicy | None = None
+    drain: DrainSettings = field(default_factory=DrainSettings)  # the pod rules, bounds and default pace of every drain
 
     @property
     def arm_scope(self) -> str:
@@ -185,7 +187,7 @@ class Settings:
                 out[f.name] = "(set)" if value else "(not set)"
             elif f.name == "teams":
                 out[f.name] = {t.name: t.describe() for t in value}
-            elif f.name in ("pool_requests", "remediation", "migration"):
+            elif f.name in ("pool_requests", "remediation", "migration", "drain"):
                 out[f.name] = _describe_policy(value)
             elif isinstance(value, tuple):
                 out[f.name] = list(value)
@@ -330,4 +332,5 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         pool_requests=pool_policy.PoolRequestPolicy.from_env(env),
         remediation=remediation_policy.RemediationPolicy.from_env(env),
         migration=migration_policy.MigrationPolicy.from_env(env),
+        drain=DrainSettings.from_env(env),
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from shared.kernel.clock import Clock
     from shared.kernel.context import Context
     from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, KubePort
+    from shared.kernel.telemetry import Telemetry
     from shared.settings import Settings
 
 log = logging.getLogger("steward.wiring")
@@ -151,7 +152,7 @@ class FleetAccess:
         if self._kube_factory is not None:
             raw = self._kube_factory(cluster_id)
         else:
-            from shared.adapters.kube import KubeClient
+            from shared.adapters.kube.client import KubeClient
 
             kubeconfig = self._raw_aks().kubeconfig(cluster_id)
             raw = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
@@ -167,22 +168,23 @@ class FleetAccess:
 
         return discover(self._raw_aks(), self._settings)
 
-    def forget(self, cluster_id: str) -> None:
-        """Drop the cached client and scope answer of a cluster (its credentials or tags changed)."""
-        key = cluster_id.lower()
-        with self._lock:
-            self._scope.pop(key, None)
-            client = self._kube.pop(key, None)
-        if self._gate is not None:
-            self._gate.forget(cluster_id)
-        close = getattr(client, "close", None)
-        if callable(close):
-            close()
-
 
 def instance_name(settings: Settings) -> str:
     """Who owns claims and leases: STEWARD_INSTANCE_NAME, else host name and process id."""
     return settings.instance_name or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def build_telemetry(settings: Settings, *, instance: str = "local") -> Telemetry:
+    """The app's meters, exported to Application Insights when APPLICATIONINSIGHTS_CONNECTION_STRING is set;
+    with the app's identity when it has one (Application Insights with local auth off takes Entra tokens)."""
+    from shared.kernel.telemetry import Telemetry
+
+    credential = None
+    if settings.appinsights_connection_string and (settings.azure_client_id or settings.managed_identity_available):
+        from shared.adapters.identity import get_credential
+
+        credential = get_credential(settings)
+    return Telemetry(connection_string=settings.appinsights_connection_string, credential=credential, instance=instance)
 
 
 def build_context(settings: Settings | None = None, **overrides: Any) -> Context:
@@ -214,9 +216,9 @@ def build_context(settings: Settings | None = None, **overrides: Any) -> Context
             credential = get_credential(settings)
         fields["events"] = EventPublisher(credential, settings)
     if "telemetry" not in fields:
-        fields["telemetry"] = telemetry.Telemetry.from_settings(settings, instance=instance)
+        fields["telemetry"] = build_telemetry(settings, instance=instance)
     if "nudge" not in fields and getattr(settings, "reconcile_delayed_nudges", True):
-        from shared.kernel.nudge import QueueNudger
+        from shared.adapters.nudge_queue import QueueNudger
 
         fields["nudge"] = QueueNudger.from_settings(settings, clock=fields.get("clock"))
     fields.setdefault("clock", clocks.current())
@@ -236,11 +238,3 @@ def get_context() -> Context:
         if _context is None:
             _context = build_context()
         return _context
-
-
-def set_context(context: Context | None) -> Context | None:
-    """Install ``context`` as the process-wide one (tests, the local host); returns the previous one."""
-    global _context
-    with _context_lock:
-        previous, _context = _context, context
-        return previous

@@ -5,9 +5,10 @@ family), GPU rules (``gpuProfile.nvidia`` only on NVIDIA sizes, ``migStrategy`` 
 A100/H100/H200) and capacity; the Kubernetes half gives nodes their ``cpu``, ``memory``,
 ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` capacity. One table keeps the two consistent.
 
-Sources: /work/shared/reference/aks-api.md §7 (the sizes AKS supports for NVIDIA GPUs and the MIG
-profiles) and the public Azure VM size pages for vCPU/memory/family. ``max_pods`` is the kubenet
-default (110); the scenario may override it per pool.
+Sources: learn.microsoft.com/azure/aks/use-nvidia-gpu (the sizes AKS supports for NVIDIA GPUs),
+learn.microsoft.com/azure/aks/gpu-multi-instance (the MIG profiles) and the public Azure VM size
+pages for vCPU/memory/family. ``max_pods`` is the kubenet default (110); the scenario may override it
+per pool.
 """
 
 from __future__ import annotations

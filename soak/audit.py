@@ -38,11 +38,11 @@ def ledger_records(ledger: Any, kinds: Iterable[str] = KINDS) -> dict[str, list[
 
 def active_records(ledger: Any) -> int:
     """How many remediation, migration and pool-request records are still in an active state."""
-    from shared.migration import core as migration
-    from shared.pools import creation as pool_creation
-    from shared.remediation import core as remediation
+    from shared.migration import steps as migration
+    from shared.pools import steps as pool_steps
+    from shared.remediation import steps as remediation
 
-    return sum(len(ledger.list(m.KIND, states=sorted(m.ACTIVE_STATES))) for m in (remediation, migration, pool_creation))
+    return sum(len(ledger.list(m.KIND, states=sorted(m.ACTIVE_STATES))) for m in (remediation, migration, pool_steps))
 
 
 @dataclass

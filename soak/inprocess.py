@@ -104,7 +104,7 @@ class InProcessRun:
 
     def __init__(self, scenario: SoakScenario, *, sim: Any, storage: str, table: str, use_table: bool = False,
                  wall_budget_s: float = 300.0) -> None:
-        from shared.adapters.ledger import InMemoryLedger
+        from tests.fakes.ledger import InMemoryLedger
 
         self.scenario = scenario
         self.sim = SimClient(sim.endpoints)
@@ -240,16 +240,16 @@ class InProcessRun:
 
     def _next_due(self) -> tuple[float | None, int, float]:
         """Earliest ``next_at`` of an active record (or None), how many are active, and their latest deadline."""
-        from shared.migration import core as migration
-        from shared.pools import creation as pool_creation
-        from shared.remediation import core as remediation
+        from shared.migration import steps as migration
+        from shared.pools import steps as pool_steps
+        from shared.remediation import records as remediation
         from soak.invariants import migration_deadline, remediation_deadline
 
         earliest: float | None = None
         active = 0
         latest_deadline = 0.0
         deadlines = {remediation.KIND: remediation_deadline, migration.KIND: migration_deadline}
-        for module in (remediation, migration, pool_creation):
+        for module in (remediation, migration, pool_steps):
             for record in self.raw_ledger.list(module.KIND, states=sorted(module.ACTIVE_STATES)):
                 active += 1
                 due = max(record.next_at, record.lease_until if record.owner else 0.0)

@@ -2,10 +2,10 @@
 
 The repair ladder's first two rungs act on the node's VM in the cluster's node resource group,
 found from the machine's ``resourceId`` (or the node's ``providerID``). Same client conventions as
-:mod:`shared.adapters.aks`: ARM_ENDPOINT and ARM_AUDIENCE from the settings, SDK retries off, errors mapped
-at the edge, and ``begin_*`` return as soon as ARM accepted the operation. Two answers get their own
-error types, decided by ARM's error code: a denied action (403, e.g. node resource group lockdown)
-is :class:`VmActionDenied`, an action the VM cannot take now (409 ``OperationNotAllowed``, e.g. a
+:mod:`shared.adapters.aks` (:mod:`shared.adapters.arm`): ARM_ENDPOINT and ARM_AUDIENCE from the settings, SDK
+retries off, errors mapped at the edge, and ``begin_*`` return as soon as ARM accepted the operation. Two answers
+get their own error types (shared.kernel.errors), decided by ARM's error code: a denied action (403, e.g. node
+resource group lockdown) is :class:`VmActionDenied`, an action the VM cannot take now (409 ``OperationNotAllowed``, e.g. a
 deallocated spot VM) is :class:`VmActionImpossible`. The ladder escalates a denied action to the AKS
 API; an impossible one only when the node shows its VM cannot act (shut down, or not registered),
 otherwise it waits as for a busy VM (shared/remediation/core.py ``_issue_vm_action``).
@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from shared.adapters.aks import arm_client_options, arm_error_code_and_message, map_arm_error
+from shared.adapters.arm import arm_client_options, arm_error_code_and_message, map_arm_error
 from shared.adapters.permissions import requires_arm
 from shared.kernel import retry
-from shared.kernel.errors import Forbidden, Invalid
+from shared.kernel.errors import Invalid, VmActionDenied, VmActionImpossible
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -49,21 +49,8 @@ DENIED_CODES = frozenset({"AuthorizationFailed", "DenyAssignmentAuthorizationFai
 IMPOSSIBLE_CODES = frozenset({"OperationNotAllowed"})
 
 
-class VmActionDenied(Forbidden):
-    """Azure refused a VM action on authorization grounds (403); ``code`` is ARM's error code."""
-
-    def __init__(self, message: str, *, code: str | None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class VmActionImpossible(Invalid):
-    """The VM cannot take this action in its current state (409 ``OperationNotAllowed``): a deallocated
-    spot VM, but also a VM in the middle of another operation, so the caller judges by the node."""
-
-
 def _call_compute(fn: Callable[[], T], *, what: str) -> T:
-    """Like :func:`shared.adapters.aks.call_arm`, but a denied (403) or impossible (409) VM action becomes its own
+    """Like :func:`shared.adapters.arm.call_arm`, but a denied (403) or impossible (409) VM action becomes its own
     error type, decided by ARM's error code (never by message text), so the ladder can escalate."""
     from azure.core.exceptions import HttpResponseError
 

@@ -1,4 +1,4 @@
-"""CloudEvents out to Event Grid (the EventsPort), and an in-memory recorder for tests.
+"""CloudEvents out to Event Grid (the EventsPort; its in-memory twin for tests is tests/fakes/events.py).
 
 Outcomes (pool created or rejected, node remediated, migration finished) and the sweep's findings
 are published as CloudEvents 1.0 with ``source = STEWARD_EVENT_SOURCE`` to EVENTGRID_TOPIC_ENDPOINT,
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.aks import call_arm
+from shared.adapters.arm import call_arm
 from shared.kernel import retry
 
 if TYPE_CHECKING:
@@ -121,32 +121,3 @@ class EventPublisher:
 
         retry.call(call_arm, send, what=f"publish {type_}", clock=self._clock or clocks.current(),
                    attempts=self._attempts, max_delay=self._max_delay)
-
-
-class RecordingEvents:
-    """EventsPort that keeps what was published (for tests); can be told to fail the next calls."""
-
-    def __init__(self, *, source: str = "/gpu-fleet-steward") -> None:
-        self.source = source
-        self.published: list[dict[str, Any]] = []
-        self.failures: list[Exception] = []
-        self._lock = threading.Lock()
-
-    def publish(self, *, type_: str, subject: str, data: Mapping[str, Any], id_: str | None = None) -> None:
-        with self._lock:
-            if self.failures:
-                raise self.failures.pop(0)
-            self.published.append({"id": id_ or str(uuid.uuid4()), "source": self.source, "type": type_,
-                                   "subject": subject, "data": dict(data)})
-
-    def of_type(self, type_: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [e for e in self.published if e["type"] == type_]
-
-    def types(self) -> list[str]:
-        with self._lock:
-            return [e["type"] for e in self.published]
-
-    def clear(self) -> None:
-        with self._lock:
-            self.published.clear()

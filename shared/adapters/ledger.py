@@ -4,7 +4,7 @@ Work that outlives one invocation (creating a pool, repairing a node, migrating 
 record whose ``state`` moves step by step; every write is conditional on the ETag the writer read,
 so two instances racing on one record cannot both win: the loser gets :class:`Conflict` and drops
 its step. :class:`TableLedger` is the real thing (Azure Table storage, Azurite locally);
-:class:`InMemoryLedger` has the same semantics for unit tests of the state machines.
+``tests.fakes.ledger.InMemoryLedger`` has the same semantics for unit tests of the state machines.
 
 Row layout (docs/architecture.md, "Durable records"): PartitionKey = kind, RowKey = id made
 table-safe by :func:`encode_key`; columns ``state``, ``data`` and ``history`` (JSON strings),
@@ -20,13 +20,13 @@ import contextlib
 import json
 import re
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
+from shared.adapters.storage import map_table_error
+from shared.kernel.errors import Conflict, Invalid, NotFound, Transient
 from shared.kernel.ports import Record
 
 if TYPE_CHECKING:
@@ -87,6 +87,11 @@ def _history_json(history: Sequence[Mapping[str, Any]]) -> str:
     return text
 
 
+def data_bytes(record: Record) -> int:
+    """How many bytes ``record.data`` takes as stored (UTF-16 JSON), over the limit or not."""
+    return _utf16_size(_dump(record.data))
+
+
 def _data_json(record: Record) -> str:
     text = _dump(record.data)
     if _utf16_size(text) > PROPERTY_LIMIT_BYTES:
@@ -132,65 +137,6 @@ def from_entity(entity: Mapping[str, Any], etag: str) -> Record:
     )
 
 
-# --------------------------------------------------------------------------- error mapping
-
-
-def _retry_after(error: Any) -> float | None:
-    response = getattr(error, "response", None)
-    headers = getattr(response, "headers", None) or {}
-    for name in ("Retry-After", "retry-after", "x-ms-retry-after-ms"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            continue
-        return seconds / 1000.0 if name.endswith("-ms") else seconds
-    return None
-
-
-def map_table_error(error: Exception, *, what: str) -> StewardError | None:
-    """Translate an azure-core / azure-data-tables exception into a shared.kernel.errors one (None: not ours)."""
-    from azure.core.exceptions import (
-        ClientAuthenticationError,
-        HttpResponseError,
-        ResourceExistsError,
-        ResourceModifiedError,
-        ResourceNotFoundError,
-        ServiceRequestError,
-        ServiceResponseError,
-    )
-
-    if isinstance(error, ResourceExistsError):
-        return Conflict(f"{what}: already exists")
-    if isinstance(error, ResourceModifiedError):
-        return Conflict(f"{what}: changed by someone else (ETag mismatch)")
-    if isinstance(error, ResourceNotFoundError):
-        return NotFound(f"{what}: not found")
-    if isinstance(error, ClientAuthenticationError):
-        return Forbidden(f"{what}: not authorised ({error.status_code})")
-    if isinstance(error, (ServiceRequestError, ServiceResponseError)):
-        return Transient(f"{what}: connection failed: {type(error).__name__}")
-    if isinstance(error, HttpResponseError):
-        status = error.status_code or 0
-        code = getattr(error, "error_code", None)
-        if status == 429:
-            return Throttled(f"{what}: throttled", retry_after=_retry_after(error))
-        if status in (409,):
-            return Conflict(f"{what}: conflict ({code})")
-        if status == 412:
-            return Conflict(f"{what}: changed by someone else (ETag mismatch)")
-        if status == 404:
-            return NotFound(f"{what}: not found ({code})")
-        if status in (401, 403):
-            return Forbidden(f"{what}: not authorised ({status} {code})")
-        if status == 408 or status >= 500:
-            return Transient(f"{what}: storage answered {status} ({code})", retry_after=_retry_after(error))
-        return Invalid(f"{what}: storage refused the request ({status} {code})", code=str(code) if code else None)
-    return None
-
-
 # --------------------------------------------------------------------------- Azure Table storage
 
 _ensured: set[tuple[str, str]] = set()
@@ -199,6 +145,12 @@ _ensured_lock = threading.Lock()
 
 class TableLedger:
     """LedgerPort over one Azure Table (``azure.data.tables.TableClient``)."""
+
+    data_limit_bytes = PROPERTY_LIMIT_BYTES
+
+    def data_bytes(self, record: Record) -> int:
+        """LedgerPort.data_bytes: the size ``record.data`` takes in the table."""
+        return data_bytes(record)
 
     def __init__(self, table_client: Any, *, clock: Clock | None = None, ensure_table: bool = True) -> None:
         self._table = table_client
@@ -321,70 +273,3 @@ class TableLedger:
             self._call(call, what=what)
         except NotFound:
             return  # already gone: deleting is idempotent
-
-
-# --------------------------------------------------------------------------- in memory
-
-
-class InMemoryLedger:
-    """The same contract as :class:`TableLedger`, in a dict (for unit tests; thread-safe).
-
-    Records go through the same entity encoding as the table, so a record that could not be stored
-    in Azure (oversized data, empty id) fails here too, and the history is truncated the same way.
-    """
-
-    def __init__(self) -> None:
-        self._rows: dict[tuple[str, str], tuple[dict[str, Any], str]] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _new_etag() -> str:
-        return f'W/"{uuid.uuid4().hex}"'
-
-    def create(self, record: Record) -> Record:
-        entity = to_entity(record)
-        key = (entity["PartitionKey"], entity["RowKey"])
-        with self._lock:
-            if key in self._rows:
-                raise Conflict(f"create {record.kind}/{record.id}: already exists")
-            etag = self._new_etag()
-            self._rows[key] = (entity, etag)
-        return msgspec.structs.replace(record, etag=etag)
-
-    def get(self, kind: str, id_: str) -> Record | None:
-        with self._lock:
-            row = self._rows.get((encode_key(kind), encode_key(id_)))
-        return None if row is None else from_entity(*row)
-
-    def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]:
-        pk = encode_key(kind)
-        wanted = None if states is None else set(states)
-        with self._lock:
-            rows = [row for (p, _), row in sorted(self._rows.items()) if p == pk]
-        return [from_entity(*row) for row in rows if wanted is None or row[0]["state"] in wanted]
-
-    def save(self, record: Record) -> Record:
-        what = f"save {record.kind}/{record.id}"
-        if not record.etag:
-            raise Invalid(f"{what}: the record has no ETag (use create for new records)")
-        entity = to_entity(record)
-        key = (entity["PartitionKey"], entity["RowKey"])
-        with self._lock:
-            row = self._rows.get(key)
-            if row is None:
-                raise Conflict(f"{what}: deleted by someone else")
-            if row[1] != record.etag:
-                raise Conflict(f"{what}: changed by someone else (ETag mismatch)")
-            etag = self._new_etag()
-            self._rows[key] = (entity, etag)
-        return msgspec.structs.replace(record, etag=etag)
-
-    def delete(self, record: Record) -> None:
-        key = (encode_key(record.kind), encode_key(record.id))
-        with self._lock:
-            row = self._rows.get(key)
-            if row is None:
-                return
-            if record.etag and row[1] != record.etag:
-                raise Conflict(f"delete {record.kind}/{record.id}: changed by someone else (ETag mismatch)")
-            del self._rows[key]

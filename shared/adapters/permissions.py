@@ -133,13 +133,3 @@ def linked_actions_for(properties: Mapping[str, object]) -> list[tuple[str, str,
         if isinstance(value, str) and value.strip():
             out.append((prop, value, action))
     return out
-
-
-def steward_role_actions() -> set[str]:
-    """What the deployment grants the app's identity on Azure: the custom role (exactly the actions
-    the adapters declare, which tests/infra checks against infra/app/steward-role.bicep) plus the
-    linked-resource role. The simulator authorizes the app's writes against this set."""
-    import shared.adapters.aks
-    import shared.adapters.compute
-
-    return collect_arm_actions(shared.adapters.aks, shared.adapters.compute) | linked_actions()

@@ -103,13 +103,6 @@ class Gate:
 
         return (self._clock or clocks.current()).now()
 
-    def forget(self, cluster_id: str | None = None) -> None:
-        with self._lock:
-            if cluster_id is None:
-                self._clusters.clear()
-            else:
-                self._clusters.pop(cluster_id.lower(), None)
-
     # -- reads the checks need
 
     def _refusal_without_arm(self, cluster_id: str) -> str:
@@ -276,7 +269,7 @@ class GatedKube(_Delegating):
     def _check(self, what: str) -> None:
         self._gate.check_write(self._cluster_id, what=f"{what} in {self._cluster_id}")
 
-    # reads (list_nodes, get_node, list_pods, get_pod, list_pdbs, get_object...) pass through
+    # reads (list_nodes, get_node, list_pods, list_pdbs, get_object...) pass through
 
     # writes
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeView:

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 
 from shared.kernel.errors import Forbidden, NotFound
 from shared.kernel.ports import AksPort, ClusterInfo
-from shared.remediation.policy import PAUSED_TAG
 
 if TYPE_CHECKING:
     from shared.settings import Settings
 
 log = logging.getLogger("steward.scope")
+
+PAUSED_TAG = "gpu-fleet-steward/paused"
+"""The cluster tag that pauses every job of the steward on that cluster (remediation, migration, pool requests)."""
 
 
 def subscription_of(resource_id: str) -> str:

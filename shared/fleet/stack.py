@@ -28,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shared.kernel.errors import Invalid
 from shared.kernel.ports import NodeView, PoolInfo
+from shared.kernel.quantity import whole_units
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -61,15 +63,16 @@ def _profile(pool: PoolInfo) -> _Profile:
     return _Profile(managed=managed, mig_mixed=str(nvidia.get("migStrategy") or "None") == "Mixed", install=install)
 
 
-def _quantity(text: str) -> int:
-    """Whole units of an extended resource quantity ("1", "7", "2k" is not used for GPUs)."""
+def _units(text: str) -> int:
+    """Whole units of an extended resource (shared.kernel.quantity); 0 for a value that is not a quantity.
+
+    The API server validates quantities, so a malformed one can only come from a forged or broken
+    object: it counts as no GPU, which fails the stack check rather than passing it.
+    """
     try:
-        return int(text)
-    except ValueError:
-        try:
-            return int(float(text))
-        except ValueError:
-            return 0
+        return whole_units(text)
+    except Invalid:
+        return 0
 
 
 def gpu_resources(node: NodeView) -> dict[str, int]:
@@ -77,7 +80,7 @@ def gpu_resources(node: NodeView) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, value in node.allocatable.items():
         if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
-            amount = _quantity(str(value))
+            amount = _units(str(value))
             if amount > 0:
                 out[name] = amount
     return out

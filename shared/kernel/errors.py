@@ -40,6 +40,12 @@ class Forbidden(StewardError):
     """We are not allowed to do this (HTTP 401/403): a configuration problem, never retried."""
 
 
+class Unauthorized(Forbidden):
+    """The server did not accept our credentials (HTTP 401): the token expired early, was revoked, or
+    is for another audience. The Kubernetes adapter fetches one fresh token and tries once more on it;
+    anything that still answers 401 is a configuration problem like any other :class:`Forbidden`."""
+
+
 class Invalid(StewardError):
     """The request was refused as invalid (HTTP 400/422, ARM validation); ``code`` is Azure's."""
 
@@ -53,7 +59,7 @@ RETRYABLE: tuple[type[StewardError], ...] = (Throttled, Transient)
 
 
 # --------------------------------------------------------------------------- specific answers from Azure
-# The adapters (shared/adapters/aks.py map_arm_error) choose these from ARM's error *code* (and the codes of
+# The adapters (shared/adapters/arm.py map_arm_error) choose these from ARM's error *code* (and the codes of
 # its details[]), never from message text, so the core can catch what it means: ``except
 # QuotaExceeded`` instead of searching a message for "quota". Each one subclasses the general type it
 # refines, so code that catches Invalid / Forbidden / Conflict keeps working.
@@ -101,3 +107,30 @@ class LinkedAuthorizationFailed(Forbidden):
 class OperationInProgress(Conflict):
     """AKS refused a write because another operation runs on the pool or cluster
     (``OperationNotAllowed`` ... "in progress", or ``AgentPoolOperationInProgress``): wait, then retry."""
+
+
+class VmActionDenied(Forbidden):
+    """Azure refused a VM action (restart, reimage) on authorization grounds (403): missing RBAC, a deny
+    assignment such as AKS node resource group lockdown (``DenyAssignmentAuthorizationFailed``), or an
+    Azure Policy deny; ``code`` is ARM's error code. The repair ladder escalates to the AKS API."""
+
+    def __init__(self, message: str, *, code: str | None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class VmActionImpossible(Invalid):
+    """The VM cannot take this action in its current state (409 ``OperationNotAllowed``): a deallocated
+    spot VM, but also a VM in the middle of another operation, so the caller judges by the node."""
+
+
+# --------------------------------------------------------------------------- specific answers from Kubernetes
+# The Kubernetes adapter (shared/adapters/kube/errors.py map_kube_error) chooses these from the status code
+# and the Status body's ``reason`` / ``details.causes[].reason``, never from message text.
+
+
+class NamespaceTerminating(Forbidden):
+    """A create in a namespace being deleted was refused (403, cause ``NamespaceTerminating``: the
+    NamespaceLifecycle admission plugin, staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle).
+    Nothing is wrong with our permissions: the namespace is going away. The Eviction API's answer of the
+    same kind is not raised but classified (``EvictionResult`` outcome ``namespace_terminating``)."""

@@ -16,28 +16,14 @@ serves it too), and at most :data:`MAX_NUDGES_PER_INVOCATION` in all. The grid a
 invocations: two invocations asking for the same point send two messages, the second of which finds
 nothing due and sends nothing, so duplicates never chain.
 
-:class:`QueueNudger` sends over ``azure-storage-queue`` with the host's storage connection
-(``AzureWebJobsStorage``: a connection string locally, the queue service URI and the managed
-identity in Azure), as :mod:`shared.adapters.ledger` does for the table. The body is base64-encoded, as
-host.json's ``messageEncoding`` expects. :class:`RecordingNudger` is the in-memory twin for tests.
+This module is the reconciler's bookkeeping only; the NudgePort is sent over a queue by
+:mod:`shared.adapters.nudge_queue` (and recorded in memory for tests by ``tests.fakes.nudge``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from shared.kernel.errors import StewardError, Transient
-
-if TYPE_CHECKING:
-    from shared.kernel.clock import Clock
-    from shared.settings import Settings
-
-log = logging.getLogger("steward.nudge")
 
 MAX_VISIBILITY_S = 7 * 24 * 3600 - 60  # Put Message: visibilitytimeout up to 7 days, and below the TTL
 COALESCE_S = 2.0  # a nudge already pending at most this long after a record's due time wakes it too
@@ -84,71 +70,3 @@ def wall_delay_s(when: float, *, now: float, speed: float = 1.0) -> int:
     """
     seconds = max(0.0, when - now) / (speed if speed > 0 else 1.0)
     return min(MAX_VISIBILITY_S, math.ceil(seconds - 1e-9))
-
-
-class QueueNudger:
-    """NudgePort over an Azure Storage queue (``azure.storage.queue.QueueClient``)."""
-
-    def __init__(self, queue_client: Any, *, clock: Clock | None = None) -> None:
-        self._queue = queue_client
-        self._clock = clock
-        self._created = False
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> QueueNudger:
-        """Connect as the settings say: a connection string locally, the managed identity in Azure."""
-        from azure.storage.queue import QueueClient, TextBase64EncodePolicy
-
-        from shared.adapters.storage import storage_client
-
-        client = storage_client(QueueClient, settings, url_keyword="account_url", url=settings.storage_queue_uri,
-                                queue_name=settings.nudge_queue, message_encode_policy=TextBase64EncodePolicy())
-        return cls(client, clock=clock)
-
-    def _now_and_speed(self) -> tuple[float, float]:
-        from shared.kernel import clock as clocks
-
-        clock = self._clock or clocks.current()
-        return clock.now(), float(getattr(clock, "speed", 1.0) or 1.0)
-
-    def nudge_at(self, when: float, *, hint: str) -> None:
-        from azure.core.exceptions import AzureError, ResourceNotFoundError
-
-        from shared.adapters.ledger import map_table_error
-
-        now, speed = self._now_and_speed()
-        delay = wall_delay_s(when, now=now, speed=speed)
-        try:
-            try:
-                self._queue.send_message(hint, visibility_timeout=delay)
-            except ResourceNotFoundError:
-                # As the host's output binding does: send first, create the queue only when it is missing.
-                self._create()
-                self._queue.send_message(hint, visibility_timeout=delay)
-        except AzureError as error:
-            mapped = map_table_error(error, what=f"nudge queue {getattr(self._queue, 'queue_name', '')}")
-            raise (mapped or Transient(f"nudge: {type(error).__name__}: {error}")) from error
-
-    def _create(self) -> None:
-        from azure.core.exceptions import ResourceExistsError
-
-        with self._lock:
-            if self._created:
-                return
-            with contextlib.suppress(ResourceExistsError):
-                self._queue.create_queue()
-            self._created = True
-
-
-@dataclass
-class RecordingNudger:
-    """NudgePort in memory: remembers each nudge (fleet time, hint); ``fail`` makes every send raise."""
-
-    sent: list[tuple[float, str]] = field(default_factory=list)
-    fail: StewardError | None = None
-
-    def nudge_at(self, when: float, *, hint: str) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.sent.append((when, hint))

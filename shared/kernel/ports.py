@@ -1,18 +1,22 @@
 """What the core needs from the outside world, and the shapes it sees it in.
 
 The state machines (pool creation, remediation, migration) and the sweep are written against these
-protocols; ``shared.adapters.aks``, ``shared.adapters.compute``, ``shared.adapters.kube``, ``shared.adapters.events`` and
-``shared.adapters.ledger`` implement them over the real SDKs. Views are small frozen structs holding only
+protocols; ``shared.adapters.aks``, ``shared.adapters.compute``, ``shared.adapters.kube.client``,
+``shared.adapters.events``, ``shared.adapters.ledger`` and ``shared.adapters.nudge_queue`` implement them over
+the real SDKs, and ``tests/fakes`` in memory. Views are small frozen structs holding only
 the fields decisions need, decoded straight from JSON (msgspec) rather than through the SDK models.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+
+from shared.kernel.errors import Invalid
+from shared.kernel.timefmt import rfc3339_seconds
 
 # --------------------------------------------------------------------------- Kubernetes views
 
@@ -24,35 +28,12 @@ else:
         """Epoch seconds parsed from an RFC 3339 timestamp: a float in every respect but its type.
 
         It exists so that msgspec can decode ``lastTransitionTime`` straight into :class:`Condition`
-        (a custom type gets a ``dec_hook``, see shared.adapters.kube) without a Python loop over every
+        (a custom type gets a ``dec_hook``, see shared.adapters.kube.decoding) without a Python loop over every
         condition of every node. msgspec cannot *encode* a float subclass: ``float(x)`` it before
         storing it in a record (shared.remediation.health does so for ``Finding.since``).
         """
 
         __slots__ = ()
-
-
-_TRANSITIONS_MAX = 4096
-_transitions: dict[str, float | None] = {}
-
-
-def rfc3339_seconds(text: str) -> float | None:
-    """Epoch seconds of an RFC 3339 timestamp (as msgspec parses datetimes), None when it is not one.
-
-    Remembered in a small bounded cache: the conditions of a node, and the nodes of a pool, share
-    most of their transition times.
-    """
-    found = _transitions.get(text, _transitions)
-    if found is not _transitions:
-        return found  # type: ignore[return-value]
-    try:
-        value: float | None = msgspec.convert(text, datetime).timestamp()
-    except (msgspec.ValidationError, ValueError, OverflowError):
-        value = None
-    if len(_transitions) >= _TRANSITIONS_MAX:
-        _transitions.clear()  # a crude bound: the next pages re-fill what they use
-    _transitions[text] = value
-    return value
 
 
 class Condition(msgspec.Struct, frozen=True, gc=False, rename={"transition": "lastTransitionTime"}):
@@ -178,7 +159,7 @@ class EvictionResult(msgspec.Struct, frozen=True):
 
 
 class KubePort(Protocol):
-    """One cluster's Kubernetes API, as the app uses it (see shared/adapters/kube.py)."""
+    """One cluster's Kubernetes API, as the app uses it (see shared/adapters/kube/client.py)."""
 
     def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]: ...
     def get_node(self, name: str) -> NodeView | None: ...
@@ -209,6 +190,21 @@ class KubePort(Protocol):
 
 
 # --------------------------------------------------------------------------- ARM views
+
+
+_CLUSTER_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
+    r"/providers/microsoft\.containerservice/managedclusters/(?P<name>[^/]+)/?$",
+    re.IGNORECASE,
+)
+
+
+def parse_cluster_id(cluster_id: str) -> tuple[str, str, str]:
+    """``(subscription, resource group, cluster name)`` of a managed cluster ARM id."""
+    match = _CLUSTER_ID.match(cluster_id.strip())
+    if not match:
+        raise Invalid(f"not a managed cluster id: {cluster_id!r}", code="InvalidResourceId")
+    return match["sub"], match["rg"], match["name"]
 
 
 class ClusterInfo(msgspec.Struct, frozen=True):
@@ -246,6 +242,40 @@ class PoolInfo(msgspec.Struct, frozen=True):
     def management_mode(self) -> str:
         gp = self.properties.get("gpuProfile") or {}
         return str(((gp.get("nvidia") or {}).get("managementMode")) or "Unmanaged")
+
+    @property
+    def etag(self) -> str | None:
+        """``properties.eTag`` as ARM returned it (None when it has none): what a write sends as
+        ``If-Match`` (AksPort.begin_put_pool / begin_delete_pool ``etag=``)."""
+        value = self.properties.get("eTag")
+        return str(value) if value else None
+
+
+PREVIEW_API_VERSION = "2026-08-02-preview"
+"""The AKS api-version that has ``gpuProfile.nvidia.migStrategy`` / ``migProfiles`` (Azure/azure-rest-api-specs
+specification/containerservice/resource-manager/Microsoft.ContainerService/aks/preview/2026-08-02-preview,
+examples/AgentPoolsCreate_SingleMIG.json)."""
+
+PREVIEW_ONLY_POOL_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("gpuProfile", "driverType"),
+    ("gpuProfile", "nvidia", "migStrategy"),
+    ("gpuProfile", "nvidia", "migProfiles"),
+    ("gpuProfile", "nvidia", "driverMode"),
+)
+"""AgentPool properties only the preview api-version has: part of the AksPort contract, because
+``begin_put_pool`` (``preview`` not given) sends a body holding one of them on :data:`PREVIEW_API_VERSION`;
+sent on a version that lacks it, the field would not be written."""
+
+
+def needs_preview(properties: Mapping[str, Any]) -> bool:
+    """Whether AgentPool ``properties`` carry a field only the preview api-version has."""
+    for path in PREVIEW_ONLY_POOL_FIELDS:
+        cur: Any = properties
+        for key in path:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        if cur is not None:
+            return True
+    return False
 
 
 class MachineInfo(msgspec.Struct, frozen=True):
@@ -347,7 +377,7 @@ class Record(msgspec.Struct, kw_only=True):
 
 
 class LedgerPort(Protocol):
-    """Azure Table storage, ETag-guarded (shared/adapters/ledger.py)."""
+    """Azure Table storage, ETag-guarded (shared/adapters/ledger.py; in memory: tests/fakes/ledger.py)."""
 
     def create(self, record: Record) -> Record:
         """Insert; raises Conflict if a record with this kind and id exists. Returns it with its ETag."""
@@ -358,3 +388,9 @@ class LedgerPort(Protocol):
         """Replace if the stored ETag still equals ``record.etag``; raises Conflict otherwise."""
 
     def delete(self, record: Record) -> None: ...
+
+    #: The most bytes a record's ``data`` may take as stored; :meth:`save` refuses more (Invalid).
+    data_limit_bytes: int
+
+    def data_bytes(self, record: Record) -> int:
+        """How many bytes ``record.data`` takes as stored (so a job can refuse work it could not record)."""

@@ -1,7 +1,7 @@
 """The reconciler: claims due records and advances each one short, idempotent step at a time.
 
 Every kind of long work (a pool request, a remediation, a migration) is a record in the ledger and a
-module exposing ``ACTIVE_STATES`` and ``advance(record, ctx) -> Record``. The reconciler is the only
+module exposing ``ACTIVE_STATES`` and ``advance(record, ctx) -> Record`` (shared.kernel.steps). The reconciler is the only
 caller of ``advance``; it guarantees one writer per record by claiming it first with an
 ETag-conditional save (owner + lease). A second instance that read the same version loses the race
 with ``Conflict`` and moves on; a crashed owner's lease expires and another instance resumes from the
@@ -33,7 +33,6 @@ logged and counted, never fatal: the step is already saved, and the timer will f
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,13 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("steward.reconciler")
 
-#: kind -> module implementing it. Imported lazily: the function app must import fast.
-KINDS: Mapping[str, str] = {
-    "pool-request": "shared.pools.creation",
-    "remediation": "shared.remediation.core",
-    "migration": "shared.migration.core",
-    "command": "shared.commands",  # operator commands (fleetctl breaker --reset), validated and applied once
-}
 
 LEASE_S = 120.0  # longer than any single step; a crashed owner's claim expires after this
 MAX_STEPS_PER_RECORD = 25  # per invocation, while the record stays immediately actionable
@@ -84,10 +76,6 @@ class ReconcileReport:
 
     def count(self, kind: str) -> None:
         self.advanced[kind] = self.advanced.get(kind, 0) + 1
-
-
-def _module(kind: str) -> ModuleType:
-    return importlib.import_module(KINDS[kind])
 
 
 def _due(record: Record, *, now: float) -> bool:
@@ -236,14 +224,14 @@ def advance_record(record: Record, ctx: Context, *, report: ReconcileReport,
     return current
 
 
-def reconcile_once(ctx: Context, *, modules: Mapping[str, ModuleType] | None = None) -> ReconcileReport:
+def reconcile_once(ctx: Context, *, modules: Mapping[str, ModuleType]) -> ReconcileReport:
     """Advance every due record of every kind once (and onward while it stays actionable).
 
-    ``modules`` maps kinds to their implementations; by default every kind in :data:`KINDS`.
+    ``modules`` maps each kind to the module that steps it (``ACTIVE_STATES``, ``advance``, optionally
+    ``give_up``): the app layer names them (shared.entrypoints.record_kinds), so the kernel depends on no job.
     """
     report = ReconcileReport()
-    chosen = modules if modules is not None else {kind: _module(kind) for kind in KINDS}
-    for kind, module in chosen.items():
+    for kind, module in modules.items():
         active = frozenset(module.ACTIVE_STATES)
         now = ctx.clock.now()
         try:

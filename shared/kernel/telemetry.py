@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
 
-    from shared.settings import Settings
-
 log = logging.getLogger("steward")
 
 # --------------------------------------------------------------------------- correlation ids
@@ -129,16 +127,6 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=lambda v: scrub(str(v)), ensure_ascii=False)
 
 
-def configure_logging(*, level: int | str = logging.INFO, stream: Any = None) -> logging.Handler:
-    """JSON lines on ``stream`` for the ``steward`` loggers (local host, CLI); the Functions host has its own."""
-    install_log_record_factory()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    log.addHandler(handler)
-    log.setLevel(level)
-    return handler
-
-
 # --------------------------------------------------------------------------- metrics
 
 HISTOGRAMS: dict[str, tuple[str, str]] = {
@@ -206,15 +194,6 @@ class Telemetry:
         for name, (unit, description) in COUNTERS.items():
             self._instrument(name, "counter", unit, description)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, *, instance: str = "local") -> Telemetry:
-        credential = None
-        if settings.appinsights_connection_string and (settings.azure_client_id or settings.managed_identity_available):
-            from shared.adapters.identity import get_credential
-
-            credential = get_credential(settings)  # Application Insights with local auth off takes Entra tokens
-        return cls(connection_string=settings.appinsights_connection_string, credential=credential, instance=instance)
-
     def _instrument(self, name: str, kind: str, unit: str = "", description: str = "") -> tuple[str, Any]:
         with self._lock:
             existing = self._instruments.get(name)
@@ -253,18 +232,6 @@ class Telemetry:
         if kind != "counter":
             raise ValueError(f"metric {name} is a {kind}, not a counter")
         instrument.add(float(value), _attrs(attrs))
-
-    def observe(self, name: str, value: float, **attrs: Any) -> None:
-        kind, instrument = self._instrument(name, "histogram" if name not in self._instruments else self._kind_for(name))
-        if kind != "histogram":
-            raise ValueError(f"metric {name} is a {kind}, not a histogram")
-        instrument.record(float(value), _attrs(attrs))
-
-    def gauge(self, name: str, value: float, **attrs: Any) -> None:
-        kind, instrument = self._instrument(name, "gauge" if name not in self._instruments else self._kind_for(name))
-        if kind != "gauge":
-            raise ValueError(f"metric {name} is a {kind}, not a gauge")
-        instrument.set(float(value), _attrs(attrs))
 
     # -- reading back (tests) and shutting down
 

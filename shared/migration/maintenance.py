@@ -40,110 +40,22 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from shared.kernel.timefmt import rfc3339_seconds
+from shared.migration.window import Interval, epoch, intersect, local_days, merge, spec_intervals, subtract
 
 if TYPE_CHECKING:
     from shared.migration.policy import MigrationPolicy
 
 LOOKAHEAD_DAYS = 400  # long enough for relativeMonthly with intervalMonths up to 12
 SHORT_LOOKAHEAD_DAYS = 15  # enough for every weekly window; the common case stays cheap
-_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DAY_NAMES = {name: i for i, name in enumerate(calendar.day_name)}  # "Monday" -> 0
 _WEEK_INDEX = {"first": 0, "second": 1, "third": 2, "fourth": 3, "last": -1}
 _PREFERENCE = ("aksmanagednodeosupgradeschedule", "default", "aksmanagedautoupgradeschedule")
-
-Interval = tuple[float, float]
-
-
-# --------------------------------------------------------------------------- configured window
-
-
-@dataclass(frozen=True)
-class Slot:
-    days: frozenset[int]  # 0 = Monday
-    start_min: int  # minutes after local midnight
-    end_min: int  # <= start_min: the slot crosses midnight
-    offset_s: int
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    slots: tuple[Slot, ...]
-    text: str
-
-
-_SLOT = re.compile(
-    r"^(?P<days>[A-Za-z,\-]+)\s+(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})(?:\s+(?P<tz>UTC|Z|[+-]\d{2}:\d{2}))?$",
-    re.IGNORECASE)
-
-
-def _hhmm(text: str) -> int:
-    hours, minutes = (int(x) for x in text.split(":"))
-    if hours == 24 and minutes == 0:
-        return 24 * 60
-    if not (0 <= hours < 24 and 0 <= minutes < 60):
-        raise ValueError(f"{text!r} is not a time of day (HH:MM)")
-    return hours * 60 + minutes
-
-
-def _offset(text: str | None) -> int:
-    if not text or text.upper() in ("UTC", "Z"):
-        return 0
-    match = re.fullmatch(r"([+-])(\d{2}):(\d{2})", text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a UTC offset (+HH:MM)")
-    seconds = int(match.group(2)) * 3600 + int(match.group(3)) * 60
-    return seconds if match.group(1) == "+" else -seconds
-
-
-def _days(text: str) -> frozenset[int]:
-    if text.lower() == "daily":
-        return frozenset(range(7))
-    out: set[int] = set()
-    for part in text.lower().split(","):
-        first, _, last = part.partition("-")
-        if first[:3] not in _DAYS or (last and last[:3] not in _DAYS):
-            raise ValueError(f"{part!r} is not a day (Mon..Sun, a range like Mon-Fri, or daily)")
-        a = _DAYS.index(first[:3])
-        b = _DAYS.index(last[:3]) if last else a
-        i = a
-        while True:
-            out.add(i)
-            if i == b:
-                break
-            i = (i + 1) % 7
-    return frozenset(out)
-
-
-def parse_window(text: str) -> WindowSpec:
-    """Parse MIGRATION_WINDOW; ValueError says what is wrong."""
-    slots: list[Slot] = []
-    for part in (p.strip() for p in text.split(";")):
-        if not part:
-            continue
-        match = _SLOT.match(part)
-        if not match:
-            raise ValueError(f"{part!r} must look like 'Sat 01:00-06:00 UTC' (days HH:MM-HH:MM [UTC|+HH:MM])")
-        start, end = _hhmm(match.group("start")), _hhmm(match.group("end"))
-        slots.append(Slot(_days(match.group("days")), start, end, _offset(match.group("tz"))))
-    if not slots:
-        raise ValueError("no window given")
-    return WindowSpec(tuple(slots), text)
-
-
-def _spec_intervals(spec: WindowSpec, start: float, end: float) -> list[Interval]:
-    out: list[Interval] = []
-    for slot in spec.slots:
-        for day in _local_days(start, end, slot.offset_s):
-            if day.weekday() not in slot.days:
-                continue
-            length = (slot.end_min - slot.start_min) % (24 * 60) or 24 * 60
-            begin = _epoch(day, slot.start_min, slot.offset_s)
-            out.append((begin, begin + length * 60))
-    return out
 
 
 # --------------------------------------------------------------------------- AKS configurations
@@ -164,28 +76,12 @@ _UTC_OFFSET = re.compile(r"^([+-])(\d{2}):(\d{2})$")
 DEFAULT_DURATION_HOURS = 24  # MaintenanceWindow.durationHours: "default": 24, "minimum": 4, "maximum": 24
 
 
-def _local_days(start: float, end: float, offset_s: int) -> Iterable[date]:
-    first = datetime.fromtimestamp(start + offset_s, UTC).date() - timedelta(days=2)
-    last = datetime.fromtimestamp(end + offset_s, UTC).date()
-    day = first
-    while day <= last:
-        yield day
-        day += timedelta(days=1)
-
-
-def _epoch(day: date, minutes: int, offset_s: int) -> float:
-    midnight = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
-    return midnight + minutes * 60 - offset_s
-
-
 def _iso(text: Any, field: str) -> float:
-    try:
-        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        raise Unreadable(f"{field} {text!r} is not a date-time") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    """An RFC 3339 date-time (``TimeSpan.start``/``end``: ``"format": "date-time"``); Unreadable otherwise."""
+    value = rfc3339_seconds(str(text))
+    if value is None:
+        raise Unreadable(f"{field} {text!r} is not a date-time")
+    return value
 
 
 def _date(text: Any, field: str) -> date:
@@ -340,9 +236,9 @@ def _managed_intervals(window: Any, start: float, end: float) -> tuple[list[Inte
     if schedule.every > 1 and start_date is None:
         raise Unreadable(f"maintenanceWindow.schedule.{schedule.kind} repeats every {schedule.every} but there is no "
                          "startDate to count from, so which occurrences are open cannot be told")
-    opens = [(b, b + duration) for day in _local_days(start, end, offset)
+    opens = [(b, b + duration) for day in local_days(start, end, offset)
              if _schedule_matches(schedule, day, start_date)
-             for b in [_epoch(day, start_min, offset)]]
+             for b in [epoch(day, start_min, offset)]]
     blocked: list[Interval] = []
     for entry in window.get("notAllowedDates") or []:
         if not isinstance(entry, Mapping) or not entry.get("start") or not entry.get("end"):
@@ -352,7 +248,7 @@ def _managed_intervals(window: Any, start: float, end: float) -> tuple[list[Inte
         if last < first:
             raise Unreadable(f"maintenanceWindow.notAllowedDates {first}..{last} ends before it starts")
         # DateSpan: "'utcOffset' applies to this field", both days included.
-        blocked.append((_epoch(first, 0, offset), _epoch(last + timedelta(days=1), 0, offset)))
+        blocked.append((epoch(first, 0, offset), epoch(last + timedelta(days=1), 0, offset)))
     return opens, blocked
 
 
@@ -366,9 +262,9 @@ def _legacy_intervals(time_in_week: Any, start: float, end: float) -> list[Inter
             raise Unreadable(f"timeInWeek entry {entry!r} is not an object")
         weekday = _weekday(entry.get("day"), "timeInWeek.day")
         hours = [_count(h, "timeInWeek.hourSlots", low=0, high=23) for h in entry.get("hourSlots") or []]
-        for day in _local_days(start, end, 0):
+        for day in local_days(start, end, 0):
             if day.weekday() == weekday:
-                opens.extend((b, b + 3600) for b in (_epoch(day, h * 60, 0) for h in hours))
+                opens.extend((b, b + 3600) for b in (epoch(day, h * 60, 0) for h in hours))
     return opens
 
 
@@ -402,9 +298,9 @@ def _config_intervals(name: str, props: Mapping[str, Any], start: float,
     if not parts:
         wanted = "maintenanceWindow or timeInWeek" if name == "default" else "maintenanceWindow"
         raise Unreadable(f"it has no {wanted}")
-    opens = _merge(parts[0])
+    opens = merge(parts[0])
     for other in parts[1:]:
-        opens = _intersect(opens, _merge(other))
+        opens = intersect(opens, merge(other))
     return opens, blocked
 
 
@@ -412,7 +308,8 @@ def _by_name(configs: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
     out: dict[str, Mapping[str, Any]] = {}
     for config in configs:
         name = str(config.get("name", "")).lower()
-        props = config.get("properties") if isinstance(config.get("properties"), Mapping) else config
+        raw = config.get("properties")
+        props = raw if isinstance(raw, Mapping) else config
         if name:
             out[name] = props
     return out
@@ -427,49 +324,8 @@ def _cluster_source(configs: Sequence[Mapping[str, Any]]) -> str | None:
 # --------------------------------------------------------------------------- the answer
 
 
-def _merge(intervals: Iterable[Interval]) -> list[Interval]:
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def _subtract(opens: list[Interval], blocked: list[Interval]) -> list[Interval]:
-    result = opens
-    for bs, be in blocked:
-        nxt: list[Interval] = []
-        for s, e in result:
-            if be <= s or bs >= e:
-                nxt.append((s, e))
-                continue
-            if s < bs:
-                nxt.append((s, bs))
-            if be < e:
-                nxt.append((be, e))
-        result = nxt
-    return result
-
-
-def _intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """Where both merged interval lists are open."""
-    out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if s < e:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def _answer(opens: list[Interval], blocked: list[Interval], now: float, source: str) -> tuple[bool, float | None, str]:
-    intervals = _subtract(_merge(opens), blocked)
+    intervals = subtract(merge(opens), blocked)
     for s, e in intervals:
         if s <= now < e:
             return True, None, f"inside {source} until {_fmt(e)}"
@@ -503,7 +359,7 @@ def _window_open(configs: Sequence[Mapping[str, Any]], *, now: float, policy: Mi
     spec = policy.window_spec
     source = _cluster_source(configs)
     if spec is not None and (policy.window_precedence == "configured" or source is None):
-        return _answer(_spec_intervals(spec, now, end), [], now, f"MIGRATION_WINDOW {spec.text!r}")
+        return _answer(spec_intervals(spec, now, end), [], now, f"MIGRATION_WINDOW {spec.text!r}")
     if source is None:
         return True, None, "no maintenance window configured (cluster or MIGRATION_WINDOW): always open"
     props = _by_name(configs)[source]
@@ -522,11 +378,13 @@ def _window_open(configs: Sequence[Mapping[str, Any]], *, now: float, policy: Mi
 def _interval_hint(props: Mapping[str, Any]) -> str:
     """Why a repeating window may never open here: the countings of its interval disagree."""
     window = props.get("maintenanceWindow")
+    if not isinstance(window, Mapping):
+        return ""
     try:
-        schedule = _schedule(window.get("schedule")) if isinstance(window, Mapping) else None
+        schedule = _schedule(window.get("schedule"))
     except Unreadable:
         return ""
-    if schedule is None or schedule.every == 1 or schedule.kind == "daily":
+    if schedule.every == 1 or schedule.kind == "daily":
         return ""
     return (f" (it repeats every {schedule.every} from startDate {window.get('startDate')}: AKS does not document "
             "how it counts, and the possible countings never agree here; a startDate on a day the window "

@@ -1,7 +1,7 @@
 """Which unmanaged GPU pools to migrate, how, and in what order; and why the others are skipped.
 
 The plan is the promise the job makes before it changes anything: the CLI's ``plan`` prints it
-(table or JSON) without writing, and the timer (:func:`shared.migration.core.run_planner`) records
+(table or JSON) without writing, and the timer (:func:`shared.migration.planner.run_planner`) records
 exactly its items as migration records. It is a pure function of what was observed (clusters,
 pools, existing migration records, maintenance configurations, quota headroom) and the policy.
 
@@ -31,7 +31,7 @@ https://learn.microsoft.com/azure/virtual-machines/spot-vms#quota), not their VM
 surge-or-rolling choice is made against the headroom of (location, ``lowPriorityCores``).
 
 Each item says what happens to the cluster autoscaler (:func:`autoscaler_note`): the old pool's is
-switched off while it drains (``shared.migration.core`` freezes it, and turns it back on only on a
+switched off while it drains (``shared.migration.draining`` freezes it, and turns it back on only on a
 rollback), and the replacement keeps it only if its body does (``shared.fleet.pool_clone`` turns it off on
 managed GPU pools), so the plan's table says when a pool will lose it.
 """
@@ -39,13 +39,13 @@ managed GPU pools), so the plan's table says when a pool will lose it.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.fleet import gpu_sizes
 from shared.fleet.pool_clone import (
     MANAGED_GPU_PROFILE,
     TAG_AUTOSCALER,
@@ -56,40 +56,17 @@ from shared.fleet.pool_clone import (
     replacement_name,
 )
 from shared.fleet.scope import paused_reason
-from shared.kernel.ports import ClusterInfo, NodeView, PoolInfo, Record
+from shared.kernel.ports import ClusterInfo, PoolInfo, Record
 from shared.migration.maintenance import window_open
 from shared.migration.policy import MigrationPolicy
+from shared.migration.records import ACTIVE_STATES, KIND
 
-KIND = "migration"
 LOW_PRIORITY_QUOTA = "lowPriorityCores"  # the regional Spot vCPU quota (Microsoft.Compute usages name)
-TERMINAL_STATES: frozenset[str] = frozenset({"done", "rolled_back", "blocked"})
-ACTIVE_STATES: frozenset[str] = frozenset(
-    {"planned", "creating", "validating", "cordoning", "draining", "deleting", "rolling_back"})
 
 
 def migration_id(cluster_id: str, pool: str) -> str:
     """The record id: one per (cluster, pool), so that create-if-absent forbids two migrations."""
     return hashlib.sha256(f"{cluster_id.lower()}/{pool.lower()}".encode()).hexdigest()[:24]
-
-
-@dataclass(frozen=True)
-class SizeFacts:
-    """What the plan needs to know about a VM size (shared.fleet.gpu_sizes.GpuSize satisfies it)."""
-
-    vcpus: int
-    gpus: int
-    family: str
-    is_nvidia: bool
-    mig_capable: bool
-
-
-SizeLookup = Callable[[str], Any]  # returns an object with vcpus, gpus, family, is_nvidia, or None
-
-
-def _default_lookup(size: str) -> Any:
-    from shared.fleet import gpu_sizes
-
-    return gpu_sizes.lookup(size)
 
 
 @dataclass(frozen=True)
@@ -130,12 +107,6 @@ class Plan:
     items: tuple[PlanItem, ...]
     skipped: tuple[Skip, ...]
 
-    def item(self, cluster_id: str, pool: str) -> PlanItem | None:
-        for it in self.items:
-            if it.cluster_id.lower() == cluster_id.lower() and it.pool == pool:
-                return it
-        return None
-
 
 def _is_mig(props: Mapping[str, Any]) -> bool:
     if props.get("gpuInstanceProfile"):
@@ -153,7 +124,7 @@ def pool_ineligibility(pool: PoolInfo, *, size: Any) -> tuple[str, str] | None:
 
     The rules that depend on the pool alone, written once: the planner applies them before it plans
     a pool, and every step of a migration applies them again to the pool it reads from ARM before it
-    writes anything (shared.migration.core), so a ledger row (forged, or stale) can never steer the app to
+    writes anything (shared.migration.checks), so a ledger row (forged, or stale) can never steer the app to
     a pool the planner would not have chosen. ``size`` is the VM size's facts (None: not a GPU size).
     """
     props = pool.properties
@@ -303,8 +274,8 @@ def autoscaler_note(old: Mapping[str, Any], body: Mapping[str, Any]) -> str:
     """What the migration does to the cluster autoscaler of the old pool and of its replacement.
 
     "" when neither autoscales. The old pool's autoscaler is always switched off while it drains
-    (shared.migration.core freezes it and restores it only on a rollback); the replacement has one only
-    if its body enables it.
+    (shared.migration.draining freezes it; shared.migration.deleting restores it only on a rollback); the
+    replacement has one only if its body enables it.
     """
     old_on, new_on = bool(old.get("enableAutoScaling")), bool(body.get("enableAutoScaling"))
     if not old_on and not new_on:
@@ -322,16 +293,9 @@ def autoscaler_note(old: Mapping[str, Any], body: Mapping[str, Any]) -> str:
 
 def plan(clusters: Sequence[ClusterInfo], pools_by_cluster: Mapping[str, Sequence[PoolInfo]], *,
          migrations: Sequence[Record], maintenance_by_cluster: Mapping[str, Sequence[Mapping[str, Any]]],
-         policy: MigrationPolicy, now: float,
-         quotas: Mapping[tuple[str, str], int] | None = None,
-         nodes_by_pool: Mapping[tuple[str, str], Sequence[NodeView]] | None = None,
-         sizes: SizeLookup | None = None) -> Plan:
+         policy: MigrationPolicy, now: float) -> Plan:
     """The plan for these observations (pure; ``migrations`` = every migration record, any state).
-
-    ``quotas`` overrides the policy's headroom per (location, family), lower-cased keys.
-    ``nodes_by_pool`` (keyed by (cluster id, pool)) is used for the node count when given.
     """
-    lookup = sizes or _default_lookup
     by_pool = {(str(r.data.get("cluster_id", "")).lower(), str(r.data.get("pool", ""))): r for r in migrations}
     taken_names: dict[str, set[str]] = {}
     for r in migrations:
@@ -348,9 +312,9 @@ def plan(clusters: Sequence[ClusterInfo], pools_by_cluster: Mapping[str, Sequenc
         names = {p.name for p in pools} | taken_names.get(cluster.id.lower(), set())
         window: tuple[bool, float | None, str] | None = None
         for pool in pools:
-            size = lookup(pool.vm_size)
+            size = gpu_sizes.lookup(pool.vm_size)
             intrinsic = pool_ineligibility(pool, size=size)
-            if intrinsic is not None and intrinsic[0] in NOT_CANDIDATE:
+            if size is None or (intrinsic is not None and intrinsic[0] in NOT_CANDIDATE):
                 continue  # not a GPU pool, or already managed: not a candidate
             static = _static_skip(cluster, pool, size=size, record=by_pool.get((cluster.id.lower(), pool.name)))
             if static is not None:
@@ -359,12 +323,11 @@ def plan(clusters: Sequence[ClusterInfo], pools_by_cluster: Mapping[str, Sequenc
                 if window is None:
                     window = window_open(maintenance_by_cluster.get(cluster.id, ()), now=now, policy=policy)
                 is_open, next_open, why = window
-                nodes = (nodes_by_pool or {}).get((cluster.id, pool.name))
-                count = len(nodes) if nodes is not None else pool.count
+                count = pool.count
                 batch = max(1, min(policy.batch_size, count or 1))
                 quota = quota_family(pool.properties, str(size.family))
                 key = (cluster.location.lower(), quota.lower())
-                headroom = (quotas or {}).get(key) if quotas and key in quotas else policy.headroom(*key)
+                headroom = policy.headroom(*key)
                 if headroom is not None:
                     headroom = remaining.setdefault(key, headroom)
                 strategy, strategy_reason = _strategy(policy, headroom=headroom, full=size.vcpus * count,
@@ -376,8 +339,8 @@ def plan(clusters: Sequence[ClusterInfo], pools_by_cluster: Mapping[str, Sequenc
                     deferred = ("quota", strategy_reason, None)
                 elif slots <= 0:
                     deferred = ("cap", f"fleet cap of {policy.max_concurrent} concurrent migrations reached; next run", None)
-                if deferred is not None:
-                    skipped.append(Skip(cluster.id, cluster.name, pool.name, *deferred))
+                if deferred is not None or strategy is None:
+                    skipped.append(Skip(cluster.id, cluster.name, pool.name, *(deferred or ("quota", strategy_reason, None))))
                 else:
                     slots -= 1
                     if headroom is not None:
@@ -434,9 +397,3 @@ def _autoscaler_cell(it: PlanItem) -> str:
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-
-
-def item_from_record(record: Record) -> dict[str, Any]:
-    """The plan-item fields a migration record carries (to compare what was planned with what was done)."""
-    keys = ("cluster_id", "pool", "replacement", "strategy", "batch_size", "body")
-    return {k: json.loads(json.dumps(record.data.get(k))) for k in keys}

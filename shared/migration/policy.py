@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shared.kernel.env import SettingError, env_bool, env_choice, env_int, env_str
-from shared.migration.maintenance import WindowSpec, parse_window
+from shared.migration.window import WindowSpec, parse_window
 
 STRATEGIES: tuple[str, ...] = ("auto", "surge", "rolling")
 PRECEDENCES: tuple[str, ...] = ("cluster", "configured")
@@ -52,7 +52,7 @@ class MigrationPolicy:
       picks surge when the configured vCPU headroom holds the whole replacement, rolling otherwise.
     - ``batch_size`` (MIGRATION_BATCH_SIZE, default 1): old nodes drained at once (the pool's
       max-unavailable during the migration) and, with rolling, nodes added to the replacement per step.
-    - ``window`` (MIGRATION_WINDOW, e.g. ``Sat 01:00-06:00 UTC``; see shared.migration.maintenance): when
+    - ``window`` (MIGRATION_WINDOW, e.g. ``Sat 01:00-06:00 UTC``; see shared.migration.window): when
       migrations may take steps, used when the cluster has no maintenance configuration (or always,
       with precedence ``configured``). Empty = no configured window.
     - ``window_precedence`` (MIGRATION_WINDOW_PRECEDENCE, ``cluster`` | ``configured``, default

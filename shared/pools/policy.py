@@ -11,8 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.kernel.env import SettingError, env_choice, env_int, env_list, env_str
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
 # The sample GPU job's default image: NVIDIA's CUDA vectorAdd sample, pinned by digest so that what runs
 # on every new pool is exactly what was reviewed (a tag can be moved; a digest cannot).
@@ -63,7 +67,7 @@ class PoolRequestPolicy:
     - ``sample_job_image`` (POOL_REQUEST_SAMPLE_JOB_IMAGE): the image of the sample GPU job, pinned by
       digest, ``<registry>/<repository>@sha256:<64 hex>`` (checked at start; default: NVIDIA's CUDA
       vectorAdd sample, see DEFAULT_SAMPLE_JOB_IMAGE). It runs as a non-root user (uid
-      shared.pools.creation.SAMPLE_JOB_UID) under Pod Security ``restricted``: an image must work so.
+      shared.pools.sample_job.SAMPLE_JOB_UID) under Pod Security ``restricted``: an image must work so.
     - ``sample_job_args`` (POOL_REQUEST_SAMPLE_JOB_ARGS, comma-separated, default none): the
       container's args (the vectorAdd sample takes none).
     The job runs in the app's own namespace (STEWARD_NAMESPACE), never in a namespace of this policy.
@@ -115,7 +119,7 @@ class PoolRequestPolicy:
         """Refuse taints and sizes that validation would refuse in a request, and a sample-job image that
         is not pinned by digest (errors name the setting)."""
         from shared.fleet import gpu_sizes
-        from shared.pools.request import parse_taint
+        from shared.pools.rules import parse_taint
 
         problem = pinned_image_problem(self.sample_job_image)
         if problem is not None:
@@ -132,3 +136,8 @@ class PoolRequestPolicy:
             if entry is None or not entry.is_nvidia:
                 raise SettingError(f"setting POOL_REQUEST_ALLOWED_SIZES names {size!r}, which is not an NVIDIA GPU "
                                    "size of shared/fleet/gpu_sizes.py")
+
+
+def of(settings: Settings) -> PoolRequestPolicy:
+    """The pool-request policy of ``settings``: the loaded one, or the defaults (Settings built by hand in tests)."""
+    return settings.pool_requests if settings.pool_requests is not None else PoolRequestPolicy()

@@ -11,8 +11,8 @@ fields we mean are sent and nothing else:
 - Managed MIG is sent the way api-version 2026-08-02-preview documents it
   (examples/AgentPoolsCreate_SingleMIG.json): ``nvidia.migStrategy`` plus ``nvidia.migProfiles``,
   and *no* top-level ``gpuInstanceProfile``, which the spec declares mutually exclusive with
-  ``migProfiles``. Those fields exist only in preview api-versions (aks-api.md §1), so such a body is
-  PUT with the preview api-version (:func:`needs_preview`). Classic MIG (a profile without a managed
+  ``migProfiles``. Those fields exist only in preview api-versions, so such a body is PUT with the
+  preview api-version (:func:`shared.kernel.ports.needs_preview`). Classic MIG (a profile without a managed
   strategy, for driver-only pools) keeps the top-level ``gpuInstanceProfile`` of every api-version.
 
 The steward's tags on the pool (request id, requester) are how a later step recognises a pool it
@@ -24,36 +24,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.pools.request import PoolRequest, parse_taint
-
-PREVIEW_API_VERSION = "2026-08-02-preview"
-STABLE_API_VERSION = "2026-08-01"
+from shared.kernel.ports import needs_preview
+from shared.pools.request import PoolRequest
+from shared.pools.rules import parse_taint
 
 TAG_REQUEST_ID = "gpu-fleet-steward-request-id"
 TAG_REQUESTER = "gpu-fleet-steward-requester"
-TAG_MANAGED_GPU = "EnableManagedGPUExperience"  # the older node-pool tag AgentBaker's CSE reads (§1)
+TAG_MANAGED_GPU = "EnableManagedGPUExperience"  # the older node-pool tag AgentBaker's CSE reads
+
+AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"  # the label AKS puts on every node of an agent pool
 
 SPOT_TAINT = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"  # AKS adds it to every spot pool
-
-
-# Fields that only preview api-versions have (aks-api.md §1); a body carrying one is PUT on the preview version.
-PREVIEW_ONLY_GPU_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("gpuProfile", "driverType"),
-    ("gpuProfile", "nvidia", "migStrategy"),
-    ("gpuProfile", "nvidia", "migProfiles"),
-    ("gpuProfile", "nvidia", "driverMode"),
-)
-
-
-def needs_preview(properties: Mapping[str, Any]) -> bool:
-    """Whether an AgentPool body carries a field only the preview api-version has."""
-    for path in PREVIEW_ONLY_GPU_FIELDS:
-        cur: Any = properties
-        for key in path:
-            cur = cur.get(key) if isinstance(cur, Mapping) else None
-        if cur is not None:
-            return True
-    return False
 
 
 def gpu_profile(req: PoolRequest) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.kernel.env import SettingError
+from shared.kernel.errors import Invalid
 
 SETTING = "POOL_REQUEST_TEAMS"
 CONNECTION = "TeamRequestsStorage"
@@ -237,12 +238,39 @@ def _gpus_per_vm(vm_size: Any) -> int:
     return size.gpus if size is not None else 0
 
 
-def gpus_in_use(team: str, *, pools: Iterable[Mapping[str, Any]], active_requests: Iterable[Mapping[str, Any]],
+@dataclass(frozen=True)
+class InFlight:
+    """A request of the team still in flight (from its ledger record): what its pool will hold."""
+
+    requester: str
+    request_id: str
+    vm_size: str
+    count: int | None
+    autoscale_max: int | None
+
+
+def _nodes(props: Mapping[str, Any]) -> int:
+    """The most nodes an ARM agent pool holds: ``maxCount`` when autoscaled, else ``count``.
+
+    ARM sends whole numbers; anything else raises Invalid rather than reading as zero, because a
+    pool counted as empty would let the team's next request "fit" under its total.
+    """
+    key = "maxCount" if props.get("enableAutoScaling") else "count"
+    value = props.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Invalid(f"pool {props.get('tags', {}).get(TAG_REQUEST_ID, '?')}: {key} {str(value)[:40]!r} is not a "
+                      "node count")
+    return value
+
+
+def gpus_in_use(team: str, *, pools: Iterable[Mapping[str, Any]], active_requests: Iterable[InFlight],
                 exclude_request_id: str = "") -> int:
     """GPUs the team holds or has asked for: its pools (``properties`` of every agent pool listed, the
-    ones tagged with the team as requester, at ``count`` or autoscale ``maxCount``) plus the data of
-    its pool-request records still in flight whose pool is not listed yet. ``exclude_request_id``:
-    the request being judged (a redelivery must not count itself)."""
+    ones tagged with the team as requester, at ``count`` or autoscale ``maxCount``) plus its requests
+    still in flight whose pool is not listed yet. ``exclude_request_id``: the request being judged (a
+    redelivery must not count itself). Raises Invalid when a pool's node count is not a number."""
     total = 0
     seen: set[str] = set()
     for props in pools:
@@ -253,16 +281,12 @@ def gpus_in_use(team: str, *, pools: Iterable[Mapping[str, Any]], active_request
         seen.add(request_id)
         if request_id and request_id == exclude_request_id:
             continue
-        nodes = props.get("maxCount") if props.get("enableAutoScaling") else props.get("count")
-        total += _gpus_per_vm(props.get("vmSize")) * int(nodes or 0)
-    for data in active_requests:
-        request = data.get("request") or {}
-        request_id = str(request.get("requestId", ""))
-        if data.get("requester") != team or request_id in seen or request_id == exclude_request_id:
+        total += _gpus_per_vm(props.get("vmSize")) * _nodes(props)
+    for request in active_requests:
+        if request.requester != team or request.request_id in seen or request.request_id == exclude_request_id:
             continue
-        autoscale = request.get("autoscale") or {}
-        total += gpus_requested(gpus_per_vm=_gpus_per_vm(data.get("vmSize")), count=request.get("count"),
-                                autoscale_max=autoscale.get("max"))
+        total += gpus_requested(gpus_per_vm=_gpus_per_vm(request.vm_size), count=request.count,
+                                autoscale_max=request.autoscale_max)
     return total
 
 

@@ -7,7 +7,8 @@ times; :func:`decide` (pure) keeps the distinct nodes that turned unhealthy with
 opens when they are more than ``breaker_percent`` of the fleet's GPU nodes (once at least
 ``breaker_min_nodes`` did) or at least ``breaker_max_nodes``. Once open it stays open until an
 operator resets it (NVSentinel's runbook; ``fleetctl breaker --reset`` asks through a validated
-command record that the reconciler applies with :func:`reset`, shared.commands): a reset records its time, and remediation
+command record that the reconciler applies with :func:`reset`, shared.remediation.commands): a reset records its
+time, and remediation
 events observed before it are refused as stale, so the backlog queued during the storm is dropped
 instead of replayed (NVSentinel#450); nodes still unhealthy are re-reported by the next sweep.
 
@@ -160,7 +161,7 @@ def reset(ctx: Context, *, by: str, reason: str = "", command: str = "") -> Brea
     """Close the breaker: clears the window and refuses events from before now.
 
     An operator asks for it through a validated ``command`` record (``fleetctl breaker --reset``,
-    applied by the reconciler: shared.commands), never by writing this record; ``command`` is that
+    applied by the reconciler: shared.remediation.commands), never by writing this record; ``command`` is that
     record's id, carried with ``by`` and ``reason`` into the history and the Reset event."""
     for _ in range(_SAVE_TRIES):
         now = ctx.clock.now()

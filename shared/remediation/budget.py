@@ -5,7 +5,7 @@ blast-radius limits (the anchors' lesson 2) plus per-node guards: pause, breaker
 and attempt cap, per-pool max unavailable (count and percentage, the stricter wins; nodes under
 remediation *and* nodes already NotReady or cordoned count as unavailable), and a fleet-wide cap on
 remediations in flight. Each function returns an :class:`Admission` whose ``reason`` is what the
-Refused event and the operator see. The caller (shared.remediation.core) gathers the observations and
+Refused event and the operator see. The caller (shared.remediation.admission) gathers the observations and
 serializes admissions so that two hosts cannot both take the last slot.
 
 Rounding of the percentage: ``floor(pool_size * percent / 100)``, but at least 1 when the

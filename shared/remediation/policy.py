@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from shared.fleet.scope import PAUSED_TAG
 from shared.kernel.env import SettingError, env_bool, env_choice, env_float, env_int, env_list, env_str
 
 DEVICE_PLUGIN = "UnhealthyNvidiaDevicePlugin"
 DCGM = "UnhealthyNvidiaDCGMServices"
 XID = "XIDErrors"
 GPU_MISSING = "GPUMissing"
-KNOWN_CONDITIONS: tuple[str, ...] = (DEVICE_PLUGIN, DCGM, XID, GPU_MISSING)
 DEFAULT_CONDITIONS: tuple[str, ...] = (DEVICE_PLUGIN, DCGM)
 
 RUNGS: tuple[str, ...] = ("restart", "reimage", "replace")
@@ -42,7 +42,6 @@ DEFAULT_BUSY_ANNOTATIONS: tuple[str, ...] = (
 )
 
 OPT_OUT_LABEL = "gpu-fleet-steward/opt-out"
-PAUSED_TAG = "gpu-fleet-steward/paused"
 GPU_NODE_SELECTOR = "kubernetes.azure.com/accelerator=nvidia"
 
 

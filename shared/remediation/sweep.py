@@ -19,11 +19,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
+from shared.kernel.timefmt import iso
 from shared.remediation import breaker, health
-from shared.remediation import core as remediation
+from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -42,7 +45,7 @@ class Fault:
 
     @property
     def id(self) -> str:
-        return remediation.fault_id(self.cluster, self.node, self.condition, self.since)
+        return fault_id(self.cluster, self.node, self.condition, self.since)
 
 
 @dataclass
@@ -81,7 +84,7 @@ def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
         report.next_check = evaluation.next_check if report.next_check is None else min(report.next_check,
                                                                                          evaluation.next_check)
     for f in [*evaluation.unhealthy, *evaluation.pending]:
-        key = remediation.node_key(cluster, f.node.name)
+        key = node_key(cluster, f.node.name)
         observations[key] = min(f.since, observations.get(key, f.since))
     for f in evaluation.unhealthy:
         cond = f.node.condition(f.condition)
@@ -140,16 +143,16 @@ def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, rep
 
 
 def _handled(ctx: Context, fault: Fault) -> bool:
-    rec = ctx.ledger.get(remediation.NODE_KIND, remediation.node_key(fault.cluster, fault.node))
-    return rec is not None and fault.id in (rec.data.get("faults") or [])
+    rec = ctx.ledger.get(NODE_KIND, node_key(fault.cluster, fault.node))
+    return rec is not None and fault.id in decode(rec.data, NodeData).faults
 
 
 def _publish(ctx: Context, fault: Fault, *, now: float, policy: RemediationPolicy) -> None:
     ctx.events.publish(
-        type_=remediation.UNHEALTHY_EVENT,
-        subject=remediation.subject(fault.cluster, fault.pool, fault.node),
+        type_=UNHEALTHY_EVENT,
+        subject=subject(fault.cluster, fault.pool, fault.node),
         data={"cluster": fault.cluster, "node": fault.node, "pool": fault.pool, "condition": fault.condition,
-              "since": remediation.iso(fault.since), "observed_at": remediation.iso(now),
+              "since": iso(fault.since), "observed_at": iso(now),
               "threshold_s": policy.threshold_for(fault.condition), "message": fault.message},
         id_=fault.id,
     )
@@ -157,8 +160,6 @@ def _publish(ctx: Context, fault: Fault, *, now: float, policy: RemediationPolic
 
 def sweep(ctx: Context) -> SweepReport:
     """Evaluate every GPU node in scope, feed the breaker, publish the unhealthy faults."""
-    from shared.fleet import scope
-
     policy = ctx.settings.remediation or RemediationPolicy()
     report = SweepReport()
     try:
@@ -178,7 +179,7 @@ def sweep(ctx: Context) -> SweepReport:
     try:
         state = breaker.update(ctx, observations=observations, fleet_nodes=report.nodes, policy=policy)
         report.breaker = state.state
-        _metric(ctx, "breaker_open", 1 if state.is_open else 0)
+        metric(ctx, "breaker_open", 1 if state.is_open else 0)
     except StewardError as exc:
         report.errors.append(f"breaker: {exc}")
     for fault in report.faults:
@@ -191,12 +192,9 @@ def sweep(ctx: Context) -> SweepReport:
             seen = ctx.caches.reported_faults
             if seen.get(fault.id, now=now) is None:  # a refused fault is re-reported every sweep: measure its detection once
                 seen.put(fault.id, now, now=now)
-                _metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
+                metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
     log.info("sweep: %s", report.summary())
     return report
 
-
-def _metric(ctx: Context, name: str, value: float, **attrs: Any) -> None:
-    remediation._metric(ctx, name, value, **attrs)

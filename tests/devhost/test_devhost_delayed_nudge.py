@@ -1,7 +1,7 @@
 """With the timer a year away, a record due in N seconds is advanced about N seconds later: by its delayed nudge.
 
 The app's own reconcile functions (functions/reconcile.py) run under the local host against Azurite;
-the nudge goes through the real queue adapter (shared.kernel.nudge.QueueNudger) with a visibility timeout,
+the nudge goes through the real queue adapter (shared.adapters.nudge_queue.QueueNudger) with a visibility timeout,
 and the host's queue listener delivers it once Azurite makes it visible. The record kind is a probe
 (a -> b, wait WAIT_S, -> done), so the test measures the wake-up, not a state machine.
 """
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from devhost.host import Host
-from shared import wiring
-from shared.adapters.ledger import InMemoryLedger
-from shared.kernel import reconciler
+from shared import entrypoints, wiring
+from shared.adapters.nudge_queue import QueueNudger
 from shared.kernel.clock import SystemClock
 from shared.kernel.context import Context
-from shared.kernel.nudge import QueueNudger
 from shared.kernel.ports import Record
+from tests.fakes.ledger import InMemoryLedger
+from tests.waiting import poll
 
 NUDGE_APP = Path(__file__).resolve().parent / "nudge_app"
 WAIT_S = 8.0  # longer than reconciler.HOLD_S, so the record is released and nudged rather than held
@@ -51,7 +51,7 @@ def ledger(storage_connection_string: str, names: Any, monkeypatch: pytest.Monke
     queue = names.queue("nudge")
     module = _probe_kind()
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(reconciler, "KINDS", {"probe": module.__name__})
+    monkeypatch.setattr(entrypoints, "record_kinds", lambda: {"probe": module})
     store = InMemoryLedger()
     settings = SimpleNamespace(storage_connection_string=storage_connection_string, nudge_queue=queue,
                                storage_queue_uri="", storage_client_id="", azure_client_id="",
@@ -60,9 +60,8 @@ def ledger(storage_connection_string: str, names: Any, monkeypatch: pytest.Monke
     ctx = Context(settings=settings, clock=clock, ledger=store, access=None, events=None,  # type: ignore[arg-type]
                   telemetry=None, instance="host-nudge",  # type: ignore[arg-type]
                   nudge=QueueNudger.from_settings(settings, clock=clock))  # type: ignore[arg-type]
-    previous = wiring.set_context(ctx)
+    monkeypatch.setattr(wiring, "_context", ctx)  # the process-wide Context the app's functions use
     yield store, queue
-    wiring.set_context(previous)
 
 
 def _times(record: Record) -> dict[str, float]:
@@ -78,11 +77,9 @@ def test_a_record_due_in_n_seconds_is_advanced_n_seconds_later_with_the_timer_a_
     host.start()
     try:
         wiring.get_context().nudge.nudge_at(time.time(), hint="probe:r1")  # type: ignore[union-attr]  # the first wake-up
-        deadline = time.monotonic() + WAIT_S + 15
+        poll(lambda: (found := store.get("probe", "r1")) is not None and found.state == "done", timeout=WAIT_S + 15,
+             interval=0.2)
         record = store.get("probe", "r1")
-        while time.monotonic() < deadline and (record is None or record.state != "done"):
-            time.sleep(0.2)
-            record = store.get("probe", "r1")
         stats = host.stats()["functions"]
     finally:
         host.stop(timeout=10)

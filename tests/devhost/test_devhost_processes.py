@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient
 
 from devhost.processes import HostProcess
+from tests.waiting import poll, wait_until
 
 FAKE_APP = Path(__file__).resolve().parent / "fake_app"
 
@@ -38,12 +38,8 @@ def _send(client: QueueClient, body: dict[str, Any]) -> None:
 
 
 def _drained(client: QueueClient, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.get_queue_properties().approximate_message_count == 0:
-            return True
-        time.sleep(0.1)
-    return False
+    return bool(poll(lambda: client.get_queue_properties().approximate_message_count == 0, timeout=timeout,
+                     interval=0.1))
 
 
 def test_two_host_processes_share_the_work_of_one_queue(storage_connection_string: str, queues: dict[str, str],
@@ -67,9 +63,7 @@ def test_a_message_held_by_a_crashed_host_is_processed_by_another_after_its_leas
     client = _queue(storage_connection_string, queues["WORK_QUEUE"])
     doomed = _host(settings, tmp_path, "doomed", queue_lease_s=2).start()
     _send(client, {"sleep_on_first_delivery": 60})
-    deadline = time.monotonic() + 20
-    while "Executing 'Functions.work'" not in doomed.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: "Executing 'Functions.work'" in doomed.log(), timeout=20, what="the doomed host to take the message")
     doomed.kill()  # mid-invocation: the message is neither deleted nor released
     assert doomed.stats() == {}
     survivor = _host(settings, tmp_path, "survivor", queue_lease_s=2).start()

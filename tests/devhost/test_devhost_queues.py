@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -14,6 +13,7 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient
 
 from devhost.host import Host
+from tests.waiting import wait_until
 
 
 def _client(connection: str, name: str) -> QueueClient:
@@ -33,12 +33,7 @@ def _calls(app: ModuleType, function: str) -> list[dict[str, Any]]:
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+    wait_until(predicate, timeout=timeout, what="the host to get there")
 
 
 def _remaining(connection: str, name: str) -> int:
@@ -162,7 +157,7 @@ def test_wait_idle_does_not_return_before_a_message_sent_just_before_it_is_proce
         make_host: Callable[..., Host], fake_app: ModuleType, storage_connection_string: str,
         queues: dict[str, str]) -> None:
     host = make_host()
-    time.sleep(0.6)  # the host has polled an empty queue and been quiet for longer than quiet_s
+    assert host.wait_idle(20)  # the host has polled an empty queue and been quiet for longer than quiet_s
     message_id = _send(storage_connection_string, queues["WORK_QUEUE"], {"tag": "late"})
     assert host.wait_idle(20)
     assert [c["id"] for c in _calls(fake_app, "work")] == [message_id]

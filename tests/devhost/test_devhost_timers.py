@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -14,6 +15,7 @@ from devhost.host import Host
 from devhost.timers import ScheduleError, next_after, validate
 from shared.kernel import clock as clocks
 from shared.kernel.clock import ManualClock, ScaledClock
+from tests.waiting import wait_until
 
 START = 1_764_684_005.0  # 2025-12-02T14:00:05Z
 
@@ -23,12 +25,43 @@ def _ticks(app: ModuleType) -> list[dict[str, Any]]:
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    wait_until(predicate, timeout=timeout, what="the timer invocations")
+
+
+class WatchedClock(ManualClock):
+    """A ManualClock that counts how often the host's timer scheduler reads it.
+
+    The scheduler reads the clock at the top of each pass (and once more when it fires), so three
+    reads after a mark prove that a whole pass begun after the mark has ended: the proof a test needs
+    before it asserts that a timer did *not* fire.
+    """
+
+    def __init__(self, start: float) -> None:
+        super().__init__(start)
+        self._reads = 0
+        self._reads_lock = threading.Lock()
+
+    def now(self) -> float:
+        if threading.current_thread().name == "devhost-timers":
+            with self._reads_lock:
+                self._reads += 1
+        return super().now()
+
+    def scheduler_reads(self) -> int:
+        with self._reads_lock:
+            return self._reads
+
+
+def _after_a_whole_scheduler_pass(clock: WatchedClock, host: Host) -> None:
+    """Wait until nothing runs, then until the scheduler ended a pass begun after that; then nothing may run.
+
+    A pass that fired has counted its invocation in ``running`` before it ended, and the invocation
+    records its call before ``running`` drops: reading ``running`` first, then the calls, misses nothing.
+    """
+    wait_until(lambda: host.stats()["running"] == 0, timeout=10, what="running invocations to end")
+    mark = clock.scheduler_reads()
+    wait_until(lambda: clock.scheduler_reads() >= mark + 3, timeout=10, what="a whole pass of the timer scheduler")
+    assert host.stats()["running"] == 0, "the scheduler fired a timer during the pass"
 
 
 @pytest.mark.parametrize(("schedule", "after", "expected"), [
@@ -53,10 +86,10 @@ def test_a_schedule_that_is_not_ncrontab_is_refused_naming_the_function(schedule
 
 
 def test_a_timer_fires_on_schedule_as_a_manual_clock_moves(make_host: Callable[..., Host], fake_app: ModuleType) -> None:
-    clock = ManualClock(START)
-    make_host(clock=clock, settings={"TICK_SCHEDULE": "*/10 * * * * *"})
-    time.sleep(0.3)
-    assert _ticks(fake_app) == []  # next occurrence is 14:00:10
+    clock = WatchedClock(START)
+    host = make_host(clock=clock, settings={"TICK_SCHEDULE": "*/10 * * * * *"})
+    _after_a_whole_scheduler_pass(clock, host)  # it looked at 14:00:05 ...
+    assert _ticks(fake_app) == []  # ... and did not fire: the next occurrence is 14:00:10
     clock.advance(5)
     _wait_for(lambda: len(_ticks(fake_app)) == 1)
     clock.advance(10)
@@ -67,11 +100,11 @@ def test_a_timer_fires_on_schedule_as_a_manual_clock_moves(make_host: Callable[.
 
 
 def test_missed_occurrences_collapse_into_one_past_due_run(make_host: Callable[..., Host], fake_app: ModuleType) -> None:
-    clock = ManualClock(START)
-    make_host(clock=clock, settings={"TICK_SCHEDULE": "*/10 * * * * *"})
+    clock = WatchedClock(START)
+    host = make_host(clock=clock, settings={"TICK_SCHEDULE": "*/10 * * * * *"})
     clock.advance(40)  # 14:00:10, :20, :30 and :40 all passed at once
     _wait_for(lambda: len(_ticks(fake_app)) == 1)
-    time.sleep(0.3)
+    _after_a_whole_scheduler_pass(clock, host)  # the scheduler looked again at 14:00:45 and fired nothing more
     assert [t["past_due"] for t in _ticks(fake_app)] == [True]
 
 
@@ -93,9 +126,10 @@ def test_a_timer_follows_the_simulators_scaled_clock_from_endpoints(make_host: C
 
 
 def test_run_on_startup_fires_once_when_the_host_starts(make_host: Callable[..., Host], fake_app: ModuleType) -> None:
-    make_host(clock=ManualClock(START))
+    clock = WatchedClock(START)
+    host = make_host(clock=clock)
     _wait_for(lambda: any(c["function"] == "startup" for c in fake_app.CALLS))
-    time.sleep(0.2)
+    _after_a_whole_scheduler_pass(clock, host)  # the schedule was looked at since, and fired nothing more
     assert [c["past_due"] for c in fake_app.CALLS if c["function"] == "startup"] == [False]
 
 

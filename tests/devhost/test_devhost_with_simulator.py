@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -14,6 +13,7 @@ import pytest
 
 from devhost.host import Host, endpoint_settings
 from shared.kernel.clock import ScaledClock
+from tests.waiting import wait_until
 
 testing = pytest.importorskip("sim.testing")
 
@@ -43,12 +43,7 @@ def _event(id_: str, **data: Any) -> dict[str, Any]:
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    wait_until(predicate, timeout=timeout, what="the deliveries to be settled")
 
 
 def test_the_host_runs_on_the_simulators_clock_and_points_the_app_at_it(make_host: Callable[..., Host],

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 import devstack
 from shared.kernel.ports import Record
+from tests.waiting import poll, wait_until
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "pool_requests.yaml"
 PREVIEW_API = "2026-08-02-preview"  # shows every gpuProfile field, migStrategy included
@@ -74,35 +74,28 @@ class Fleet:
 
     def outcome(self, record_id: str, *, timeout: float = 60.0) -> Record:
         """The record once it reached a terminal state (fails with its history and the host log)."""
-        deadline = time.monotonic() + timeout
-        record = None
-        while time.monotonic() < deadline:
+        def ended() -> Record | None:
             record = self.record(record_id)
-            if record is not None and record.state in TERMINAL:
-                return record
-            time.sleep(0.25)
-        raise AssertionError(f"pool request {record_id} did not finish within {timeout:.0f}s: "
-                             f"{self.describe(record)}\n--- host log ---\n{self.host_log_tail()}")
+            return record if record is not None and record.state in TERMINAL else None
+
+        return wait_until(ended, timeout=timeout, interval=0.25, what=f"pool request {record_id} to finish",
+                          detail=lambda: f"{self.describe(self.record(record_id))}\n--- host log ---\n{self.host_log_tail()}")
 
     def wait_for_state(self, record_id: str, state: str, *, timeout: float = 30.0) -> Record:
-        deadline = time.monotonic() + timeout
-        record = None
-        while time.monotonic() < deadline:
+        def reached() -> Record | None:
             record = self.record(record_id)
-            if record is not None and record.state == state:
-                return record
-            time.sleep(0.05)
-        raise AssertionError(f"pool request {record_id} never reached {state}: {self.describe(record)}")
+            return record if record is not None and record.state == state else None
+
+        return wait_until(reached, timeout=timeout, what=f"pool request {record_id} to reach {state}",
+                          detail=lambda: self.describe(self.record(record_id)))
 
     def quiesce(self, *, timeout: float = 60.0) -> None:
         """Wait until no pool request is active (so request counts can be attributed to one test)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            active = [r.id for r in self.ledger.list("pool-request") if r.state not in TERMINAL]
-            if not active:
-                return
-            time.sleep(0.25)
-        raise AssertionError(f"pool requests still active after {timeout:.0f}s: {active}")
+        def active() -> list[str]:
+            return [r.id for r in self.ledger.list("pool-request") if r.state not in TERMINAL]
+
+        wait_until(lambda: not active(), timeout=timeout, interval=0.25, what="no pool request to be active",
+                   detail=lambda: f"still active: {active()}")
 
     @staticmethod
     def describe(record: Record | None) -> str:
@@ -120,12 +113,14 @@ class Fleet:
     def drained(self, name: str | None = None, *, timeout: float = 30.0) -> int:
         """Wait for the queue to empty: the host deletes a message only once its invocation has
         returned, a moment after the record the invocation wrote. Returns the last length seen."""
-        deadline = time.monotonic() + timeout
-        while True:
-            length = self.queue_length(name)
-            if length == 0 or time.monotonic() > deadline:
-                return length
-            time.sleep(0.05)
+        last = [self.queue_length(name)]
+
+        def empty() -> bool:
+            last[0] = self.queue_length(name)
+            return last[0] == 0
+
+        poll(empty, timeout=timeout)
+        return last[0]
 
     def poison(self) -> list[str]:
         return self.stack.peek_poison()
@@ -142,11 +137,11 @@ class Fleet:
         """Start another host process and wait until it listens (its log says it started)."""
         proc = self.stack.start_host(name)
         log = self.stack.state_dir / f"{name}.log"
-        deadline = time.monotonic() + timeout
-        while f"host {name} started" not in (log.read_text(errors="replace") if log.exists() else ""):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"host {name} did not start: {self.host_log_tail()}")
-            time.sleep(0.1)
+        def started() -> bool:
+            assert proc.poll() is None, f"host {name} exited while starting: {self.host_log_tail()}"
+            return f"host {name} started" in (log.read_text(errors="replace") if log.exists() else "")
+
+        wait_until(started, timeout=timeout, interval=0.1, what=f"host {name} to start", detail=self.host_log_tail)
         return proc
 
     def failed_invocations(self, function: str) -> int:
@@ -185,12 +180,14 @@ class Fleet:
 
     def events_when(self, record_id: str, *, types: set[str], timeout: float = 15.0) -> list[dict[str, Any]]:
         """The record's events once every one of ``types`` arrived (a record is saved before its event)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            events = self.events(record_id)
-            if types <= {e["type"] for e in events} or time.monotonic() > deadline:
-                return events
-            time.sleep(0.2)
+        last: list[list[dict[str, Any]]] = [[]]
+
+        def arrived() -> bool:
+            last[0] = self.events(record_id)
+            return types <= {e["type"] for e in last[0]}
+
+        poll(arrived, timeout=timeout, interval=0.2)
+        return last[0]
 
     def oracles(self) -> dict[str, Any]:
         return self.stack.oracles()

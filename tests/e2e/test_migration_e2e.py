@@ -40,6 +40,7 @@ import devstack
 from shared.kernel.errors import NotFound
 from shared.kernel.ports import Record
 from sim.testing import SimError
+from tests.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 FLEET_SCENARIO = HERE / "scenarios" / "migration.yaml"
@@ -139,16 +140,14 @@ class Observer:
         return "\n".join(kept[-lines:])
 
     def wait_all_terminal(self, expected: int, *, timeout: float, tick: Callable[[], None] | None = None) -> list[Record]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def finished() -> list[Record]:
             if tick is not None:
                 tick()
             records = self.records()
-            if len(records) >= expected and all(r.state in TERMINAL for r in records):
-                return records
-            time.sleep(0.2)
-        raise AssertionError(f"migrations not finished within {timeout:.0f}s: {self.describe_all()}\n"
-                             f"--- host log (errors, warnings) ---\n{self.host_log_tail()}")
+            return records if len(records) >= expected and all(r.state in TERMINAL for r in records) else []
+
+        return wait_until(finished, timeout=timeout, interval=0.2, what="the migrations to finish",
+                          detail=lambda: f"{self.describe_all()}\n--- host log (errors, warnings) ---\n{self.host_log_tail()}")
 
 
 

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared.kernel.ports import Record
 from shared.kernel.retry import DEFAULT_ATTEMPTS
 from tests.e2e.conftest import GET_POOL, PUT_POOL, Fleet, assert_no_disruption
+from tests.waiting import wait_until
 
 T4 = "Standard_NC4as_T4_v3"
 NEVER = "0 0 0 1 1 *"  # once a year, at midnight on the first of January
@@ -51,9 +53,8 @@ def test_a_message_that_fails_transiently_every_time_lands_in_the_poison_queue_a
                                        vmSize=T4, count=1))
     fleet.submit(message)
 
-    deadline = time.monotonic() + 90
-    while not fleet.poison() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(fleet.poison, timeout=90, interval=0.5, what="the message to land in the poison queue",
+               detail=fleet.host_log_tail)
     assert fleet.poison() == [message], fleet.host_log_tail()
     assert fleet.drained() == 0
     assert fleet.failed_invocations(fleet.pool_request_function) == MAX_DEQUEUE_COUNT
@@ -73,13 +74,12 @@ def test_a_host_killed_after_the_pool_was_requested_is_resumed_by_a_new_host_wit
     fleet.submit(fleet.request(request_id="e2e-crash", pool="gpucrash", vmSize=T4, count=1, validateWorkload=True))
 
     # Between steps (lease released), as the pool is being created: the host dies without warning.
-    deadline = time.monotonic() + 30
-    record = None
-    while time.monotonic() < deadline:
-        record = fleet.record("e2e-crash")
-        if record is not None and record.state == "creating" and record.lease_until == 0.0:
-            break
-        time.sleep(0.02)
+    def between_steps() -> Record | None:
+        found = fleet.record("e2e-crash")
+        return found if found is not None and found.state == "creating" and found.lease_until == 0.0 else None
+
+    record = wait_until(between_steps, timeout=30, interval=0.02, what="e2e-crash to rest between steps while creating",
+                        detail=lambda: fleet.describe(fleet.record("e2e-crash")))
     assert record is not None and record.state == "creating", fleet.describe(record)
     [host] = fleet.stack.hosts
     fleet.stack.stop_host(host, crash=True)
@@ -90,7 +90,7 @@ def test_a_host_killed_after_the_pool_was_requested_is_resumed_by_a_new_host_wit
     record = fleet.outcome("e2e-crash", timeout=60)
     assert record.state == "succeeded", fleet.describe(record)
     assert record.owner == "host-2"
-    assert record.data["outcome"]["sampleJob"] == "succeeded"
+    assert record.data["outcome"]["sample_job"] == "succeeded"
     states = [h["state"] for h in record.history]
     assert states == ["accepted", "creating", "validating", "testing", "succeeded"], states
     assert _window_counts(fleet, before).get(PUT_POOL) == 1  # followed, never PUT again

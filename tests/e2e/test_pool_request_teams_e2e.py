@@ -31,8 +31,8 @@ def test_each_teams_queue_has_its_own_trigger_and_records_the_team_as_requester(
     vision = fleet.outcome("teams-vision-ok")
     research = fleet.outcome("teams-research-ok")
     assert (vision.state, research.state) == ("succeeded", "succeeded"), fleet.describe(vision) + fleet.describe(research)
-    assert (vision.data["requester"], vision.data["claimedRequester"]) == ("vision", "research")
-    assert (research.data["requester"], research.data["claimedRequester"]) == ("research", "vision")
+    assert (vision.data["requester"], vision.data["claimed_requester"]) == ("vision", "research")
+    assert (research.data["requester"], research.data["claimed_requester"]) == ("research", "vision")
     assert fleet.arm_pool("e2e-pools", "visnt4")["tags"]["gpu-fleet-steward-requester"] == "vision"
     logs = fleet.host_logs()
     assert "Executed 'Functions.pool_requests_vision' (Succeeded" in logs

@@ -115,7 +115,7 @@ def test_a_valid_request_ends_succeeded_with_the_pool_as_requested_in_arm_and_a_
     assert stack_problems(nodes, managed=wanted.managed, resource=wanted.resource) == []
 
     outcome = record.data["outcome"]
-    assert outcome["sampleJob"] == ("succeeded" if wanted.fields.get("validateWorkload") else "not requested")
+    assert outcome["sample_job"] == ("succeeded" if wanted.fields.get("validateWorkload") else "not requested")
     events = fleet.events_when(wanted.id, types={"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"})
     assert {e["type"] for e in events} == {"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"}
     created = [e for e in events if e["type"] == "Steward.PoolRequest.Created"]
@@ -137,7 +137,7 @@ def test_a_request_for_a_node_auto_provisioning_cluster_becomes_a_karpenter_node
         fleet: Fleet, submitted: dict[str, dict[str, Any]]) -> None:
     record = fleet.outcome(NAP.id, timeout=60)
     assert record.state == "succeeded", fleet.describe(record)
-    assert record.data["outcome"]["sampleJob"] == "succeeded"
+    assert record.data["outcome"]["sample_job"] == "succeeded"
 
     node_class = fleet.custom_object("e2e-nap", "karpenter.azure.com", "v1beta1", "aksnodeclasses", NAP.pool)
     assert node_class["spec"]["tags"]["EnableManagedGPUExperience"] == "true"
@@ -212,7 +212,7 @@ def test_a_bad_message_is_rejected_once_with_its_reasons_in_the_ledger_and_a_rej
     assert record.state == "rejected"
     reasons = record.data["reasons"]
     assert any(r.startswith(f"{bad.field}:") or f" {bad.field}" in r for r in reasons), reasons
-    assert record.data["dequeueCount"] == 1
+    assert record.data["dequeue_count"] == 1
     assert [h["state"] for h in record.history] == ["rejected"]
 
     events = fleet.events_when(record.id, types={"Steward.PoolRequest.Rejected"})

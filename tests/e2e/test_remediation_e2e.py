@@ -23,14 +23,17 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 import devstack
+from shared.kernel import timefmt
 from shared.kernel.ports import Record
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
+from tests.waiting import wait_until
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 SPEED = 20.0  # the remediation scenarios run their clocks 20x the wall (the crash drill 40x)
@@ -87,15 +90,8 @@ class Fleet:
         return self.ledger.get("breaker", "fleet")  # type: ignore[no-any-return]
 
     def wait(self, predicate: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.3) -> T:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n"
-                                     f"records: {self.describe(self.records())}\n--- host log ---\n{self.host_log_tail()}")
-            time.sleep(interval)
+        return wait_until(predicate, timeout=timeout, interval=interval, what=what,  # type: ignore[return-value]
+                          detail=lambda: f"records: {self.describe(self.records())}\n--- host log ---\n{self.host_log_tail()}")
 
     def finished(self, cluster: str, pool: str, *, timeout: float) -> Record:
         """The (single) remediation of ``cluster/pool`` once it reached a terminal state."""
@@ -167,6 +163,44 @@ class Fleet:
         log = (self.stack.state_dir / f"{host}.log").read_text(errors="replace")
         return len(re.findall(rf"Executing 'Functions\.{function}'", log))
 
+    def ended(self, host: str, function: str) -> int:
+        """How many of ``host``'s invocations of ``function`` have ended, succeeded or failed."""
+        log = (self.stack.state_dir / f"{host}.log").read_text(errors="replace")
+        return len(re.findall(rf"Executed 'Functions\.{function}' \(", log))
+
+    def idle(self, function: str, hosts: tuple[str, ...]) -> bool:
+        """No invocation of ``function`` is running on any of ``hosts`` (live hosts: a killed one never ends its own)."""
+        return all(self.invocations(h, function) == self.ended(h, function) for h in hosts)
+
+    def answered(self, method: str, route: str) -> int:
+        """Requests the simulator has answered whose route template (names as ``{}``) ends with ``route``.
+        The simulator counts a request once its handler has run (and applied it), before a delay fault
+        holds the answer back."""
+        counts: dict[str, int] = self.oracles()["requests"]
+        return sum(n for key, n in counts.items()
+                   if key.startswith(f"{method} ") and key.lower().endswith(route.lower()))
+
+    def deliveries_handled(self, hosts: tuple[str, ...], *, what: str) -> None:
+        """Wait until the hosts have polled the Event Grid feed again (twice per host, as the simulator
+        counts) and no delivery they took is still being handled: everything the feed had for them by
+        now has been given to ``remediation_events`` and that invocation has ended."""
+        polls = self.answered("GET", "/eventgrid/_deliveries")
+        self.wait(lambda: self.answered("GET", "/eventgrid/_deliveries") >= polls + 2 * len(hosts), timeout=30,
+                  interval=0.1, what=f"the hosts to poll the Event Grid feed ({what})")
+        self.wait(lambda: self.idle("remediation_events", hosts), timeout=60, interval=0.1,
+                  what=f"the deliveries to be handled ({what})")
+
+    def late_deliveries_handled(self, hosts: tuple[str, ...]) -> None:
+        """Every delivery a ``delay_s`` fault held back has come due and been handled: the feed hands a
+        held delivery to the first poll after its time (sim.eventgrid), so the fleet's clock passes the
+        last one's due time, then the hosts poll again and finish what they took."""
+        held = [f for f in self.oracles()["faults_fired"] if f["target"] == "eventgrid-delivery" and f.get("delay_s")]
+        assert held, "no delivery was held back: the scenario's delay fault never fired"
+        due = max(float(f["at"]) + float(f["delay_s"]) for f in held)
+        self.wait(lambda: self.now() >= due, timeout=max(0.0, due - self.now()) / self.speed + 30, interval=0.1,
+                  what="the held-back deliveries to come due")
+        self.deliveries_handled(hosts, what="the held-back deliveries")
+
 
 def is_ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ())
@@ -177,7 +211,7 @@ def condition(node: Any, type_: str) -> Any | None:
 
 
 def parse_iso(value: Any) -> float:
-    parsed = remediation.parse_time(value if isinstance(value, str) else value.isoformat())
+    parsed = timefmt.parse_time(value if isinstance(value, str) else value.isoformat())
     assert parsed is not None
     return parsed
 
@@ -226,6 +260,15 @@ REPAIR_SETTINGS = {
 @pytest.fixture(scope="class")
 def repairs(stack_for: Callable[..., Fleet]) -> Fleet:
     return stack_for(scenario="remediation", settings=REPAIR_SETTINGS, hosts=2)
+
+
+@pytest.fixture(scope="class")
+def reacting(repairs: Fleet) -> str:
+    """The spare pool's node, made unhealthy through the control API once the hosts run (the reaction-time
+    flip). The test that measures the reaction and the one that counts every remediation both need it,
+    whichever of them runs first, or alone. Returns the node's name."""
+    repairs.finished("e2e-fix", "plugin", timeout=90)  # hosts warm, sweeps running
+    return repairs.flip("e2e-fix", "react", "UnhealthyNvidiaDCGMServices", fixed_by="restart")
 
 
 class TestRepairsOnTwoHosts:
@@ -288,7 +331,17 @@ class TestRepairsOnTwoHosts:
         record = repairs.wait(waiting, timeout=60, what="the guarded node's drain to be blocked")
         node = record.data["node"]
         blocked_since = repairs.now()
-        time.sleep(60 / SPEED)  # a minute of fleet time: the drain keeps waiting, the pod keeps running
+
+        def refusals() -> int:
+            """Evictions of the guarded node's pods that the PDB refused so far (the drain's own count)."""
+            blocked = (repairs.records_of(node)[0].data.get("drain") or {}).get("blocked") or {}
+            return sum(int(entry.get("tries", 0)) for entry in blocked.values())
+
+        # A minute of fleet time passes; then the drain asks again and is refused again: it kept waiting.
+        repairs.wait(lambda: repairs.now() >= blocked_since + 60, timeout=60 / SPEED + 30, interval=0.1,
+                     what="a minute of fleet time")
+        after_a_minute = refusals()
+        repairs.wait(lambda: refusals() > after_a_minute, timeout=30, what="the drain to ask the Eviction API again")
         record = repairs.records_of(node)[0]
         assert record.state == "draining", repairs.describe([record])
         pods = repairs.core("e2e-fix").list_namespaced_pod("guarded").items
@@ -325,11 +378,10 @@ class TestRepairsOnTwoHosts:
         assert [e for e in repairs.events(remediation.UNHEALTHY_EVENT) if e["data"]["pool"] == "nonpd"] == []
         assert repairs.oracles()["max_disrupted_per_pool"].get("e2e-fix/nonpd", 0) == 0
 
-    def test_the_cordon_follows_the_threshold_within_one_sweep_interval(self, repairs: Fleet,
+    def test_the_cordon_follows_the_threshold_within_one_sweep_interval(self, repairs: Fleet, reacting: str,
                                                                         record_property: Callable[[str, Any], None],
                                                                         ) -> None:
-        repairs.finished("e2e-fix", "plugin", timeout=90)  # hosts warm, sweeps running
-        name = repairs.flip("e2e-fix", "react", "UnhealthyNvidiaDCGMServices", fixed_by="restart")
+        name = reacting
         record = repairs.wait(lambda: next((r for r in repairs.records_of(name) if r.data.get("cordoned_at")), None),
                               timeout=30, what=f"{name} to be cordoned")
         node = repairs.node("e2e-fix", name)
@@ -346,12 +398,12 @@ class TestRepairsOnTwoHosts:
         assert reaction <= SWEEP_S + 3 * SPEED, f"cordon {reaction:.1f} sim s after the threshold was met"
         repairs.finished("e2e-fix", "react", timeout=60)
 
-    def test_duplicated_late_and_reordered_events_on_two_hosts_cause_exactly_one_remediation(self,
-                                                                                            repairs: Fleet) -> None:
+    def test_duplicated_late_and_reordered_events_on_two_hosts_cause_exactly_one_remediation(self, repairs: Fleet,
+                                                                                            reacting: str) -> None:
         for pool in ("plugin", "gpumissing", "dcgm", "xid", "guarded", "react"):
             repairs.finished("e2e-fix", pool, timeout=90)
         repairs.finished("e2e-broken", "hopeless", timeout=90)
-        time.sleep(60 / SPEED)  # the late deliveries (held 60 s) have all arrived by now
+        repairs.late_deliveries_handled(("host-1", "host-2"))  # the deliveries held 60 s arrived, and were refused
         records = repairs.records()
         per_node = Counter(r.data["node"] for r in records)
         assert len(per_node) == 7 and set(per_node.values()) == {1}, repairs.describe(records)
@@ -406,14 +458,18 @@ class TestAWaveOfFailures:
                                      if e["data"].get("reason_code") == "breaker"],
                             timeout=30, what="an admission refused by the open breaker")
         assert refused
-        time.sleep(2 * SWEEP_S / SPEED)  # two more sweeps: still nothing admitted
+        sweeps = wave.ended("host-1", "health_sweep")
+        wave.wait(lambda: wave.ended("host-1", "health_sweep") >= sweeps + 2, timeout=2 * SWEEP_S / SPEED + 30,
+                  interval=0.1, what="two more sweeps")
+        wave.deliveries_handled(("host-1",), what="the two sweeps' reports")  # and their reports were looked at
         assert wave.records() == []
         assert [n.metadata.name for n in wave.pool_nodes("e2e-wave", "wave") if n.spec.unschedulable] == []
         assert wave.oracles()["requests_by_service"]["kube"].get("PATCH /k8s/{}/api/v1/nodes/{}", 0) == 0
 
     def test_fleetctl_breaker_reset_closes_it_and_the_ten_are_repaired_within_the_pool_budget(self,
                                                                                                 wave: Fleet) -> None:
-        assert (wave.breaker() or Record(kind="", id="")).state == "open"
+        # The scenario opens the breaker on its own (the test above watches it happen); alone, this test waits for it.
+        wave.wait(lambda: (wave.breaker() or Record(kind="", id="")).state == "open", timeout=60, what="the breaker to open")
         command = [sys.executable, "-m", "fleetctl", "--settings", str(wave.stack.settings_path),
                    "--endpoints", str(wave.stack.endpoints_path), "breaker", "--reset", "--by", "e2e-operator",
                    "--reason", "storm understood"]
@@ -458,51 +514,78 @@ def crashes(stack_for: Callable[..., Fleet]) -> Fleet:
     return stack_for(scenario="remediation_crash", settings=CRASH_SETTINGS, hosts=1)
 
 
+@dataclass
+class CrashDrill:
+    """What the crash drill did: where it killed the host, the node it broke, the record at the end."""
+
+    planned: int
+    kills: list[str]
+    node: str
+    record: Record
+
+
+@pytest.fixture(scope="class")
+def crash_drill(crashes: Fleet) -> CrashDrill:
+    """Break one node that only a replacement fixes, and kill its host inside and between every kind of step.
+
+    A kill "inside" a step: the step's call is slowed by a fault (added before the host gets there)
+    and the host is killed while it waits for the answer -- after the simulator applied it (it counts
+    a request once its handler ran, before the delay), before the ledger knew. A kill "between" steps:
+    the record rests in a waiting state. Every test of the class reads this one run, whichever runs first.
+    """
+    stack = crashes.stack
+    crashes.wait(lambda: re.search(r"Executed 'Functions\.health_sweep' \(Succeeded",
+                                   (stack.state_dir / "host-1.log").read_text(errors="replace")),
+                 timeout=60, what="the first sweep")
+    name = ""
+
+    def phase(state: str, rung_phase: str | None = None) -> Callable[[], bool]:
+        def reached() -> bool:
+            return any(r.state == state and rung_phase in (None, r.data.get("rung_phase"))
+                       for r in crashes.records_of(name))
+        return reached
+
+    # (where, the slowed call or the waiting state, the route template the simulator counts the call under)
+    plan: list[tuple[str, dict[str, Any] | Callable[[], bool], str]] = [
+        ("inside admission (reading the node)", {"target": "kube", "method": "GET", "path": r"/api/v1/nodes/aks-gpu-"},
+         "/api/v1/nodes/{}"),
+        ("inside the cordon", {"target": "kube", "method": "PATCH", "path": r"/api/v1/nodes/aks-gpu-"}, "/api/v1/nodes/{}"),
+        ("inside the drain (an eviction)", {"target": "kube", "method": "POST", "path": r"/eviction$"}, "/eviction"),
+        ("inside the restart", {"target": "arm", "method": "POST", "path": r"/restart$"}, "/restart"),
+        ("between steps (waiting for the restart)", phase("repairing", "wait"), ""),
+        ("inside the surge", {"target": "arm", "method": "PUT", "path": r"/agentPools/gpu$"}, "/agentPools/{}"),
+        ("inside deleteMachines", {"target": "arm", "method": "POST", "path": r"/deleteMachines$"}, "/deleteMachines"),
+    ]
+    host = stack.hosts[0]
+    kills: list[str] = []
+    for where, how, route in plan:
+        if callable(how):
+            crashes.wait(how, timeout=60, interval=0.05, what=f"a kill {where}")
+        else:
+            method = str(how["method"])
+            answered = crashes.answered(method, route)
+            [rule_id] = crashes.add_faults([{**how, "cluster": "e2e-crash", "delay_s": STALL_S, "count": 1}])
+            if not name:
+                name = crashes.flip("e2e-crash", "gpu", "UnhealthyNvidiaDevicePlugin", fixed_by="replace")
+            crashes.wait(lambda rid=rule_id: crashes.fired(rid), timeout=60, interval=0.1, what=f"a kill {where}")
+            crashes.wait(lambda m=method, r=route, n=answered: crashes.answered(m, r) > n, timeout=30, interval=0.02,
+                         what=f"the simulator to apply the slowed call ({where})")
+        stack.stop_host(host, crash=True)
+        kills.append(where)
+        host = stack.start_host(f"host-{len(kills) + 1}")
+    record = crashes.finished("e2e-crash", "gpu", timeout=60)
+    return CrashDrill(planned=len(plan), kills=kills, node=name, record=record)
+
+
 class TestCrashes:
     """scenarios/remediation_crash.yaml: one node only a replacement fixes; its host dies again and again."""
 
-    def test_a_host_killed_inside_and_between_steps_resumes_to_the_same_end_state(self, crashes: Fleet) -> None:
+    def test_a_host_killed_inside_and_between_steps_resumes_to_the_same_end_state(self, crashes: Fleet,
+                                                                                  crash_drill: CrashDrill) -> None:
         stack = crashes.stack
-        crashes.wait(lambda: re.search(r"Executed 'Functions\.health_sweep' \(Succeeded",
-                                       (stack.state_dir / "host-1.log").read_text(errors="replace")),
-                     timeout=60, what="the first sweep")
-        name = ""
+        record, kills, name = crash_drill.record, crash_drill.kills, crash_drill.node
 
-        def phase(state: str, rung_phase: str | None = None) -> Callable[[], bool]:
-            def reached() -> bool:
-                return any(r.state == state and rung_phase in (None, r.data.get("rung_phase"))
-                           for r in crashes.records_of(name))
-            return reached
-
-        # A kill "inside" a step: the step's call is slowed by a fault (added before the host gets
-        # there) and the host is killed while it waits for the answer -- after the simulator applied
-        # it, before the ledger knew. A kill "between" steps: the record rests in a waiting state.
-        plan: list[tuple[str, dict[str, Any] | Callable[[], bool]]] = [
-            ("inside admission (reading the node)", {"target": "kube", "method": "GET", "path": r"/api/v1/nodes/aks-gpu-"}),
-            ("inside the cordon", {"target": "kube", "method": "PATCH", "path": r"/api/v1/nodes/aks-gpu-"}),
-            ("inside the drain (an eviction)", {"target": "kube", "method": "POST", "path": r"/eviction$"}),
-            ("inside the restart", {"target": "arm", "method": "POST", "path": r"/restart$"}),
-            ("between steps (waiting for the restart)", phase("repairing", "wait")),
-            ("inside the surge", {"target": "arm", "method": "PUT", "path": r"/agentPools/gpu$"}),
-            ("inside deleteMachines", {"target": "arm", "method": "POST", "path": r"/deleteMachines$"}),
-        ]
-        host = stack.hosts[0]
-        kills: list[str] = []
-        for where, how in plan:
-            if callable(how):
-                crashes.wait(how, timeout=60, interval=0.05, what=f"a kill {where}")
-            else:
-                [rule_id] = crashes.add_faults([{**how, "cluster": "e2e-crash", "delay_s": STALL_S, "count": 1}])
-                if not name:
-                    name = crashes.flip("e2e-crash", "gpu", "UnhealthyNvidiaDevicePlugin", fixed_by="replace")
-                crashes.wait(lambda rid=rule_id: crashes.fired(rid), timeout=60, interval=0.1, what=f"a kill {where}")
-                time.sleep(0.2)
-            stack.stop_host(host, crash=True)
-            kills.append(where)
-            host = stack.start_host(f"host-{len(kills) + 1}")
-        record = crashes.finished("e2e-crash", "gpu", timeout=60)
-
-        assert len(kills) == len(plan)
+        assert len(kills) == crash_drill.planned
         print(f"\nkilled: {'; '.join(kills)}")
         assert [r.id for r in crashes.records()] == [record.id]  # one remediation, whatever the crashes
         d = record.data
@@ -531,8 +614,9 @@ class TestCrashes:
         assert deletes == 1, f"deleteMachines was sent {deletes} times"
         assert_nothing_unsafe(oracles)
 
-    def test_a_host_killed_inside_the_restart_call_does_not_restart_the_vm_twice(self, crashes: Fleet) -> None:
-        crashes.finished("e2e-crash", "gpu", timeout=60)  # the drill above ran on this stack
+    def test_a_host_killed_inside_the_restart_call_does_not_restart_the_vm_twice(self, crashes: Fleet,
+                                                                                 crash_drill: CrashDrill) -> None:
+        assert "inside the restart" in crash_drill.kills and crash_drill.record.state == "done"
         assert [r["rung"] for r in crashes.oracles()["repairs"]] == ["restart"]
 
 

@@ -41,7 +41,7 @@ def code_arm_actions() -> set[str]:
 
 
 def code_kube_rules(scope: str | None = None) -> set[tuple[str, str, str]]:
-    return collect_kube_rules(_import("shared.adapters.kube"), scope=scope)
+    return collect_kube_rules(_import("shared.adapters.kube.client"), scope=scope)
 
 
 def is_built_in(group: str) -> bool:
@@ -184,7 +184,7 @@ def test_every_grant_is_to_the_apps_identity() -> None:
 
 def test_the_cluster_role_grants_exactly_the_kubernetes_calls_the_code_declares() -> None:
     declared = code_kube_rules(CLUSTER)
-    assert declared, "shared.adapters.kube declares no Kubernetes call (expected @requires_kube on the adapter)"
+    assert declared, "shared.adapters.kube.client declares no Kubernetes call (expected @requires_kube on the adapter)"
     granted = cluster_role_rules()
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
                                  f"called but not granted: {sorted(declared - granted)}")
@@ -275,7 +275,7 @@ def test_the_manifests_are_where_the_docs_and_script_say() -> None:
 
 def test_the_namespaced_role_grants_exactly_the_calls_the_code_makes_in_its_namespace() -> None:
     declared = code_kube_rules(APP_NAMESPACE)
-    assert declared, "shared.adapters.kube declares no call in the app's namespace (leases, events, Jobs)"
+    assert declared, "shared.adapters.kube.client declares no call in the app's namespace (leases, events, Jobs)"
     granted = namespaced_role_rules()
     assert granted == declared, (f"granted but never called: {sorted(granted - declared)}; "
                                  f"called but not granted: {sorted(declared - granted)}")
@@ -315,11 +315,11 @@ def test_the_role_binding_gives_the_role_to_the_apps_identity() -> None:
 
 
 def test_generic_object_methods_declare_per_kind_from_the_table_they_consult() -> None:
-    kube = _import("shared.adapters.kube")
-    for method, table, verbs in ((kube.KubeClient.create_object, kube.CREATE_KINDS, {"create"}),
-                                 (kube.KubeClient.apply_object, kube.APPLY_KINDS, {"get", "create", "update"}),
-                                 (kube.KubeClient.get_object, kube.READ_KINDS, {"get"}),
-                                 (kube.KubeClient.delete_object, kube.DELETE_KINDS, {"delete"})):
+    kube, kinds = _import("shared.adapters.kube.client"), _import("shared.adapters.kube.objects")
+    for method, table, verbs in ((kube.KubeClient.create_object, kinds.CREATE_KINDS, {"create"}),
+                                 (kube.KubeClient.apply_object, kinds.APPLY_KINDS, {"get", "create", "update"}),
+                                 (kube.KubeClient.get_object, kinds.READ_KINDS, {"get"}),
+                                 (kube.KubeClient.delete_object, kinds.DELETE_KINDS, {"delete"})):
         declared = {(g, r, v) for g, r, vs, _ in method.__kube_rules__ for v in vs}
         assert declared == {(g, plural, v) for (g, _k), (plural, _n) in table.items() for v in verbs}, method.__name__
         assert method.__kube_kinds__ == frozenset(table), method.__name__

@@ -74,7 +74,7 @@ def _methods(*modules: ModuleType) -> Iterator[tuple[str, object]]:
 def kube_calls(scope: str) -> dict[tuple[str, str, str], set[str]]:
     """(group, resource, verb) granted in ``scope`` -> the methods declaring it."""
     out: dict[tuple[str, str, str], set[str]] = {}
-    for name, fn in _methods(_import("shared.adapters.kube")):
+    for name, fn in _methods(_import("shared.adapters.kube.client")):
         for group, resource, verbs, where in getattr(fn, "__kube_rules__", ()):
             if where == scope:
                 for verb in verbs:
@@ -191,7 +191,7 @@ def test_the_data_roles_table_names_every_built_in_role_the_deployment_assigns_w
 
 
 def test_every_call_named_in_the_grant_tables_exists() -> None:
-    adapters = (_import("shared.adapters.aks"), _import("shared.adapters.compute"), _import("shared.adapters.kube"))
+    adapters = (_import("shared.adapters.aks"), _import("shared.adapters.compute"), _import("shared.adapters.kube.client"))
     names = {name for name, _ in _methods(*adapters)}
     for name in ("kube-cluster", "kube-namespace", "aks-data-cluster", "aks-data-namespace", "arm", "arm-linked"):
         for r in table(name):

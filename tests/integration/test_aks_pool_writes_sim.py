@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
 
 from sim.testing import SimHandle
 from tests.integration.simenv import app_settings, sim_as_the_app
+from tests.waiting import wait_until
 
 FEATURE = "Microsoft.ContainerService/ManagedGPUExperiencePreview"
 PREVIEW_SUB = "8f2d4c1e-5a3b-4c7d-9e0f-0000000000f9"
@@ -78,13 +78,12 @@ def cid(sim: SimHandle, name: str) -> str:
 
 
 def settled(aks: Any, cluster: str, pool: str, *, timeout_s: float = 30.0) -> PoolInfo:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def look() -> PoolInfo | None:
         info = aks.get_pool(cluster, pool)
         assert info is not None
-        if info.provisioning_state in ("Succeeded", "Failed") or time.monotonic() > deadline:
-            return info  # type: ignore[no-any-return]
-        time.sleep(0.2)
+        return info if info.provisioning_state in ("Succeeded", "Failed") else None
+
+    return wait_until(look, timeout=timeout_s, interval=0.2, what=f"{pool} to finish provisioning")  # type: ignore[no-any-return]
 
 
 def test_freezing_an_old_pool_through_the_adapter_keeps_the_fields_the_app_does_not_know(sim: SimHandle,
@@ -108,7 +107,7 @@ def test_freezing_an_old_pool_through_the_adapter_keeps_the_fields_the_app_does_
 
 
 def test_a_surge_of_a_mig_pool_reads_and_writes_its_mig_fields_on_the_preview_api(sim: SimHandle, aks: Any) -> None:
-    from shared.remediation.core import _pool_body
+    from shared.remediation.replace import pool_body as _pool_body
 
     platform = cid(sim, "ml-platform")
     aks.begin_put_pool(platform, "migsurge", {"vmSize": A100, "count": 1, "mode": "User", "osType": "Linux",
@@ -142,7 +141,7 @@ def test_an_aks_pre_flight_quota_refusal_is_quota_exceeded(sim: SimHandle, aks: 
 
 def test_a_quota_refused_at_deployment_fails_the_pool_with_quota_exceeded_in_its_details(sim: SimHandle,
                                                                                           aks: Any) -> None:
-    from shared.pools.creation import provisioning_error
+    from shared.pools.steps import provisioning_error
 
     sim.control("POST", "/faults", {"target": "lro", "path": "agentPools/deployquota", "code": "QuotaExceeded",
                                     "count": 1, "message": "Operation could not be completed as it results in "

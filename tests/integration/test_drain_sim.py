@@ -10,25 +10,28 @@ the real Kubernetes adapter and the real remediation step against it:
 from __future__ import annotations
 
 import importlib.util
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from shared.adapters.ledger import InMemoryLedger
-from shared.drain import core as drain
+from shared.drain.settings import DrainSettings
+from shared.drain.state import DRAINED, DrainState, drain_step, record_eviction
 from shared.kernel.clock import ScaledClock
 from shared.kernel.ports import Record
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import State
 from shared.settings import Settings
+from tests.fakes.ledger import InMemoryLedger
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator (sim.testing) is not in this checkout", allow_module_level=True)
 
 from sim.testing import SimHandle
 from tests.integration.simenv import app_settings, sim_as_the_app
+from tests.waiting import wait_until
 
 SUB = "8f2d4c1e-5a3b-4c7d-9e0f-0000000000d1"
 GPU_POOL = "gput4"
@@ -104,12 +107,11 @@ def evictions_sent(sim: SimHandle) -> int:
 
 
 def gpu_nodes(kube: Any) -> list[Any]:
-    deadline = time.monotonic() + 30
-    while True:
+    def both_ready() -> list[Any]:
         nodes = [n for n in kube.list_nodes(label_selector=f"kubernetes.azure.com/agentpool={GPU_POOL}") if n.ready]
-        if len(nodes) == 2 or time.monotonic() > deadline:
-            return nodes
-        time.sleep(0.2)
+        return nodes if len(nodes) == 2 else []
+
+    return wait_until(both_ready, timeout=30, interval=0.2, what=f"both {GPU_POOL} nodes to be Ready")
 
 
 @pytest.fixture(scope="module")
@@ -133,26 +135,29 @@ def test_an_eviction_in_a_terminating_namespace_is_waited_out_not_failed_as_rbac
     node = gpu_nodes(kube)[0].name
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}})
     core.create_namespaced_pod("doomed", bare_pod("doomed", "notebook", node, grace=2))
-    policy = RemediationPolicy(unmanaged_pods="evict", drain_timeout_s=600)
+    rules = DrainSettings(unmanaged_pods="evict", drain_timeout_s=600)
     pods = [p for p in kube.list_pods(node_name=node) if p.namespace == "doomed"]
-    state, actions = drain.drain_step(node=node, pods=pods, previous=drain.DrainState(), now=clock.now(), policy=policy)
+    state, actions = drain_step(node=node, pods=pods, previous=DrainState(), now=clock.now(), settings=rules)
     assert [a.name for a in actions] == ["notebook"]
     # the namespace is deleted between the plan and the eviction (the namespace controller is not done yet)
     core.delete_namespace("doomed")
     result = kube.evict("doomed", "notebook")  # an RBAC 403 would raise Forbidden here
     assert result.outcome == "namespace_terminating", result
-    state = drain.record_eviction(state, actions[0], result, now=clock.now(), grace=2, policy=policy)
+    state = record_eviction(state, actions[0], result, now=clock.now(), grace=2, settings=rules)
     assert "namespace is being deleted" in state.messages["doomed/notebook"]
-    deadline = time.monotonic() + 30
-    while state.outcome != drain.DRAINED and time.monotonic() < deadline:
+
+    def drained() -> bool:
+        nonlocal state
         pods = [p for p in kube.list_pods(node_name=node) if p.namespace == "doomed"]
-        state, actions = drain.drain_step(node=node, pods=pods, previous=state, now=clock.now(), policy=policy)
-        assert state.outcome in ("", drain.DRAINED), state.reason
+        state, actions = drain_step(node=node, pods=pods, previous=state, now=clock.now(), settings=rules)
+        assert state.outcome in ("", DRAINED), state.reason
         for action in actions:
-            state = drain.record_eviction(state, action, kube.evict(action.namespace, action.name), now=clock.now(),
-                                          grace=2, policy=policy)
-        time.sleep(0.25)
-    assert state.outcome == drain.DRAINED
+            state = record_eviction(state, action, kube.evict(action.namespace, action.name), now=clock.now(),
+                                    grace=2, settings=rules)
+        return state.outcome == DRAINED
+
+    wait_until(drained, timeout=30, interval=0.25, what="the drain to end once the namespace's pod is gone")
+    assert state.outcome == DRAINED
     assert sim.oracles()["pods_killed_without_eviction"] == []
 
 
@@ -174,14 +179,14 @@ def test_a_node_with_an_unmanaged_pod_is_refused_before_any_eviction_is_sent(sim
     ctx = Context(settings=dataclasses.replace(settings, remediation=policy), clock=clock, ledger=InMemoryLedger(),
                   access=access, events=_Events(), telemetry=None, instance="drain-sim")  # type: ignore[arg-type]
     now = clock.now()
-    record = Record(kind=remediation.KIND, id="rem-drain-sim", state=remediation.DRAINING, next_at=now,
+    record = Record(kind=remediation.KIND, id="rem-drain-sim", state=State.DRAINING, next_at=now,
                     created_at=now, updated_at=now,
                     data={"cluster": cid, "node": node.name, "node_uid": node.uid, "pool": GPU_POOL,
                           "condition": "UnhealthyNvidiaDevicePlugin", "dry_run": False, "cordoned_by_us": False,
                           "drain": {}, "drain_started_at": now, "ladder": ["restart"], "attempt": 1})
-    after = remediation.advance(record, ctx)
+    after = remediation_steps.advance(record, ctx)
 
-    assert after.state == remediation.GAVE_UP, after.data.get("last_note")
+    assert after.state == State.GAVE_UP, after.data.get("last_note")
     note = after.data["last_note"]
     assert "default/scratch" in note and "REMEDIATION_UNMANAGED_PODS=evict" in note
     assert evictions_sent(sim) == sent_before, "no eviction may be sent for a node that cannot be drained"
@@ -198,20 +203,21 @@ def test_a_pod_held_terminating_by_a_finalizer_is_skipped_after_the_skip_wait_ti
     pod["metadata"]["finalizers"] = ["example.com/hold"]
     core.create_namespaced_pod("default", pod)
     core.delete_namespaced_pod("held", "default")  # grace 1 s: deletionTimestamp = now + 1 s
-    policy = RemediationPolicy(skip_wait_for_delete_timeout_s=2, drain_timeout_s=600)
-    state = drain.DrainState()
-    deadline = time.monotonic() + 20
-    waited = False
-    while time.monotonic() < deadline:
+    rules = DrainSettings(skip_wait_for_delete_timeout_s=2, drain_timeout_s=600)
+    state = DrainState()
+    looks = 0
+
+    def skipped() -> bool:
+        nonlocal state, looks
         pods = [p for p in kube.list_pods(node_name=node) if p.name == "held"]
         assert pods and pods[0].deletion_timestamp is not None, "the finalizer keeps the pod, Terminating"
-        state, actions = drain.drain_step(node=node, pods=pods, previous=state, now=clock.now(), policy=policy)
+        state, actions = drain_step(node=node, pods=pods, previous=state, now=clock.now(), settings=rules)
         assert actions == []
-        if state.outcome == drain.DRAINED:
-            break
-        waited = True
-        time.sleep(0.25)
-    assert waited and state.outcome == drain.DRAINED
+        looks += 1
+        return state.outcome == DRAINED
+
+    wait_until(skipped, timeout=20, interval=0.25, what="the drain to skip the pod held by its finalizer")
+    assert looks > 1 and state.outcome == DRAINED  # the first look waited for the pod; a later one skipped it
     assert "DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S=2" in state.messages["default/held"]
     core.patch_namespaced_pod("held", "default", {"metadata": {"finalizers": None}})
 
@@ -225,20 +231,19 @@ def test_a_pdb_not_yet_observed_is_retried_after_the_servers_retry_after(sim: Si
     pod = bare_pod("default", "probe", node)
     pod["metadata"]["labels"] = {"app": "probe"}
     core.create_namespaced_pod("default", pod)
-    deadline = time.monotonic() + 20
-    while core.read_namespaced_pod("probe", "default").status.phase != "Running" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: core.read_namespaced_pod("probe", "default").status.phase == "Running", timeout=20,
+               interval=0.2, what="the probe pod to run")
     policy_api = client.PolicyV1Api(sim.kube_client("drain-lab"))
     policy_api.create_namespaced_pod_disruption_budget("default", {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "probe"},
         "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": "probe"}}}})
     result = kube.evict("default", "probe")  # the disruption controller has not observed the new PDB yet
     assert (result.outcome, result.retry_after) == ("blocked", 10.0), result
-    policy = RemediationPolicy(unmanaged_pods="evict")
+    rules = DrainSettings(unmanaged_pods="evict")
     (probe,) = [p for p in kube.list_pods(node_name=node) if p.name == "probe"]
     now = clock.now()
-    state, actions = drain.drain_step(node=node, pods=[probe], previous=drain.DrainState(), now=now, policy=policy)
-    state = drain.record_eviction(state, actions[0], result, now=now, grace=1, policy=policy)
+    state, actions = drain_step(node=node, pods=[probe], previous=DrainState(), now=now, settings=rules)
+    state = record_eviction(state, actions[0], result, now=now, grace=1, settings=rules)
     assert state.retry_at[probe.uid] == now + 10.0
     policy_api.delete_namespaced_pod_disruption_budget("probe", "default")
     core.delete_namespaced_pod("probe", "default", grace_period_seconds=0)

@@ -31,7 +31,7 @@ if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
 from sim.testing import SimHandle
 from tests.integration.simenv import app_settings, sim_as_the_app
 
-EVENTS_MODULE = Path(__file__).resolve().parents[2] / "shared" / "events.py"
+EVENTS_MODULE = Path(__file__).resolve().parents[2] / "shared" / "adapters" / "events.py"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 One in-process simulator (HTTPS, manual clock) authorizes the app's identity exactly as infra/ grants it
 (sim/rbac.py over infra/kubernetes/*.yaml, sim/armrbac.py over infra/app/steward-role.bicep). For
 every Kubernetes rule verb (ClusterRole and the namespaced Role) and every ARM action, the test drives
-the production adapter method that needs it (shared.adapters.kube.KubeClient, shared.adapters.aks.AksClient,
+the production adapter method that needs it (shared.adapters.kube.client.KubeClient, shared.adapters.aks.AksClient,
 shared.adapters.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
 raises the project's Forbidden naming the verb and resource, or the action; with it back, the same call
 goes through. The tables are checked against the declarations (shared.adapters.permissions) so that a new grant
@@ -90,7 +90,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from shared.adapters import identity
     from shared.adapters.aks import AksClient
     from shared.adapters.compute import ComputeClient
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
 
     fleet = build_fleet(SCENARIO)
     rbac.use_azure_rbac(fleet.cluster(SUB, "rg-gpu", "azrbac"))
@@ -200,10 +200,10 @@ EVENT_RULE = (APP_NAMESPACE, "", "events", "create")  # best effort: refused, it
 
 
 def test_every_kubernetes_grant_has_a_driver_here() -> None:
-    import shared.adapters.kube
+    import shared.adapters.kube.client
 
     declared = {(scope, *rule) for scope in (CLUSTER, APP_NAMESPACE)
-                for rule in collect_kube_rules(shared.adapters.kube, scope=scope)}
+                for rule in collect_kube_rules(shared.adapters.kube.client, scope=scope)}
     assert set(KUBE_DRIVERS) | {EVENT_RULE} == declared
 
 

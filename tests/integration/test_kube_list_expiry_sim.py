@@ -53,7 +53,7 @@ class _SimCredential:
 def _kube(sim: SimHandle, *, expire_before_request: int) -> tuple[Any, list[Mapping[str, Any]]]:
     """A real KubeClient whose ``expire_before_request``-th node page request (1-based) is preceded by
     the sim clock moving on by two compaction intervals: its continue token is then expired."""
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
 
     with open(sim.ca_bundle, "rb") as f:  # as ARM's listClusterUserCredential hands it out: CA inline
         ca = base64.b64encode(f.read()).decode()
@@ -93,7 +93,7 @@ def test_a_node_list_whose_token_expires_mid_list_starts_again_and_hands_over_ea
 
 
 def test_a_pod_list_whose_token_expires_mid_list_is_listed_again_from_scratch(sim: SimHandle) -> None:
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
 
     kube, _ = _kube(sim, expire_before_request=0)
     assert isinstance(kube, KubeClient)

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.adapters.ledger import PROPERTY_LIMIT_BYTES, InMemoryLedger, TableLedger, decode_key, encode_key, to_entity
+from shared.adapters.ledger import PROPERTY_LIMIT_BYTES, TableLedger, decode_key, encode_key, to_entity
 from shared.kernel.errors import Conflict, Invalid
 from shared.kernel.ports import LedgerPort, Record
+from tests.fakes.ledger import InMemoryLedger
 
 
 def _table_ledger(connection: str) -> TableLedger:
@@ -276,7 +277,7 @@ MAPPED = [
 @pytest.mark.parametrize(("make", "expected", "retry_after"), [m[1:] for m in MAPPED], ids=[m[0] for m in MAPPED])
 def test_storage_errors_map_to_the_projects_errors(make: Callable[[], Exception], expected: str,
                                                    retry_after: float | None) -> None:
-    from shared.adapters.ledger import map_table_error
+    from shared.adapters.storage import map_table_error
 
     mapped = map_table_error(make(), what="op")
     assert type(mapped).__name__ == expected
@@ -284,6 +285,6 @@ def test_storage_errors_map_to_the_projects_errors(make: Callable[[], Exception]
 
 
 def test_a_programming_error_is_not_disguised_as_a_storage_error() -> None:
-    from shared.adapters.ledger import map_table_error
+    from shared.adapters.storage import map_table_error
 
     assert map_table_error(KeyError("x"), what="op") is None

@@ -19,9 +19,11 @@ import pytest
 import yaml
 
 from shared.kernel.clock import ManualClock
-from shared.migration.core import _pool_refusal, record_for
+from shared.migration.checks import pool_refusal
 from shared.migration.plan import body_problems, plan, pool_ineligibility, record_problems
+from shared.migration.planner import record_for
 from shared.migration.policy import MigrationPolicy
+from shared.migration.records import read
 from shared.settings import Settings
 
 if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
@@ -60,7 +62,7 @@ def test_each_planned_record_passes_the_steps_re_checks_against_the_pool_arm_ret
         old = aks.get_pool(item.cluster_id, item.pool)
         assert old is not None
         assert record_problems(record) == "", item.pool
-        assert _pool_refusal(record, old) == "", item.pool
+        assert pool_refusal(read(record.data), old) == "", item.pool
         assert body_problems(old, record) == "", item.pool
     skipped = {(s.cluster_id, s.pool): s.code for s in result.skipped}
     for (cluster_id, pool), code in skipped.items():

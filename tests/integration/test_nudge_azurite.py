@@ -1,6 +1,6 @@
 """The delayed nudge against Azure Queue storage (Azurite): hidden until due, then readable by the host.
 
-What the reconciler's unit tests take on trust from :class:`shared.kernel.nudge.RecordingNudger` is checked
+What the reconciler's unit tests take on trust from :class:`tests.fakes.nudge.RecordingNudger` is checked
 here on the real client and service: the visibility timeout is set (the message is not delivered
 early), the body decodes as host.json's ``messageEncoding: base64`` says, a missing queue is
 created, and a storage failure comes back as a project error the reconciler can log and ignore.
@@ -16,9 +16,10 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from devhost.queues import decode_body
+from shared.adapters.nudge_queue import QueueNudger
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import StewardError
-from shared.kernel.nudge import QueueNudger
+from tests.waiting import wait_until
 
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
@@ -45,11 +46,8 @@ def test_a_nudge_stays_invisible_until_its_time_and_then_carries_the_hint(
     props = QueueClient.from_connection_string(storage_connection_string, queue).get_queue_properties()
     assert props.approximate_message_count == 1
 
-    messages: list[Any] = []
-    deadline = sent + 10.0
-    while not messages and time.monotonic() < deadline:
-        time.sleep(0.2)
-        messages = _receive(storage_connection_string, queue)
+    messages: list[Any] = wait_until(lambda: _receive(storage_connection_string, queue), interval=0.2,
+                                     timeout=sent + 10.0 - time.monotonic(), what="the nudge to become visible")
     visible_after = time.monotonic() - sent
     assert len(messages) == 1, "the nudge never became visible"
     assert 2.5 <= visible_after <= 6.0

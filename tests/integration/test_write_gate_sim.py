@@ -23,6 +23,7 @@ if importlib.util.find_spec("sim.testing") is None:  # pragma: no cover
 
 from sim.testing import SimHandle
 from tests.integration.simenv import app_settings, sim_as_the_app
+from tests.waiting import wait_until
 
 SUB = "8f2d4c1e-5a3b-4c7d-9e0f-0000000000a1"
 _POOLS = [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},
@@ -201,12 +202,8 @@ def test_a_delete_with_an_etag_of_a_pool_that_does_not_exist_is_refused_with_412
 
 
 def _wait_succeeded(aks: Any, cluster: str, pool: str, timeout_s: float = 180.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def succeeded() -> bool:
         found = aks.get_pool(cluster, pool)
-        if found is not None and found.provisioning_state == "Succeeded":
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{pool} did not reach Succeeded in {timeout_s}s")
+        return found is not None and found.provisioning_state == "Succeeded"
+
+    wait_until(succeeded, timeout=timeout_s, interval=0.5, what=f"{pool} to reach Succeeded")

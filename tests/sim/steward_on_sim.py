@@ -49,10 +49,10 @@ class Recorded:
 def steward_on(scenario: dict[str, Any], **settings: str) -> Iterator[tuple[SimHandle, Any]]:
     """Start the simulator with ``scenario`` (its clock must be manual) and a Context wired to it."""
     from shared.adapters import identity
-    from shared.adapters.ledger import InMemoryLedger
     from shared.kernel.context import Context
     from shared.settings import load
     from shared.wiring import FleetAccess
+    from tests.fakes.ledger import InMemoryLedger
 
     with start_sim(scenario=scenario) as sim, pytest.MonkeyPatch.context() as mp:
         mp.setenv("IDENTITY_ENDPOINT", sim.endpoints["identity_endpoint"])
@@ -77,8 +77,8 @@ def steward_on(scenario: dict[str, Any], **settings: str) -> Iterator[tuple[SimH
 
 def sweep_and_admit(ctx: Any) -> list[str]:
     """One sweep; every Unhealthy fault it reports is delivered to the Event Grid handler."""
-    from shared.remediation import core as remediation
-    from shared.remediation import sweep
+    from shared.remediation import admission, sweep
+    from shared.remediation import records as remediation
 
     before = len(ctx.events.published)
     sweep.sweep(ctx)
@@ -87,14 +87,14 @@ def sweep_and_admit(ctx: Any) -> list[str]:
         if e["type"] == remediation.UNHEALTHY_EVENT:
             event = {"specversion": "1.0", "id": e["id"], "source": ctx.settings.event_source, "type": e["type"],
                      "subject": e["subject"], "data": e["data"]}
-            out.append(remediation.handle_event(event, ctx))
+            out.append(admission.handle_event(event, ctx).detail)
     return out
 
 
 def run_remediations(ctx: Any, *, max_rounds: int = 300, watch: Any = None) -> list[Any]:
     """Advance the remediation records until none is active; ``watch(ctx)`` runs after every round."""
     from shared.kernel import reconciler
-    from shared.remediation import core as remediation
+    from shared.remediation import steps as remediation
 
     for _ in range(max_rounds):
         reconciler.reconcile_once(ctx, modules={"remediation": remediation})

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.migration import core as migration
-from shared.pools import creation as pool_creation
+from shared.migration import reads as migration
 from shared.pools import nap
-from shared.pools.request import POOL_NAME
-from shared.remediation import core as remediation
+from shared.pools import spec as pool_spec
+from shared.pools.rules import POOL_NAME
 from shared.remediation import health
+from shared.remediation import records as remediation
 from shared.remediation.policy import GPU_NODE_SELECTOR, RemediationPolicy
-from sim.kube_api import _parse_field_selector
+from sim.kube_reads import _parse_field_selector
 from sim.model import match_requirements, parse_label_selector
 
 POOL_NAMES = st.from_regex(POOL_NAME, fullmatch=True)
@@ -50,7 +50,7 @@ def test_the_sweeps_gpu_selectors_parse_and_select_what_they_mean(selector: str)
 @settings(max_examples=200, deadline=None)
 @given(POOL_NAMES)
 def test_pool_selectors_built_from_any_valid_pool_name_parse(pool: str) -> None:
-    for label in (migration.POOL_LABEL, remediation.POOL_LABEL, pool_creation.AGENTPOOL_LABEL, nap.NODEPOOL_LABEL):
+    for label in (migration.POOL_LABEL, remediation.POOL_LABEL, pool_spec.AGENTPOOL_LABEL, nap.NODEPOOL_LABEL):
         reqs = parse_label_selector(f"{label}={pool}")
         assert match_requirements({label: pool}, reqs)
 
@@ -68,13 +68,13 @@ def test_a_nodes_pool_selector_parses_whatever_valid_label_value_its_pool_label_
 @settings(max_examples=200, deadline=None)
 @given(NODE_NAMES)
 def test_the_pod_lists_node_field_selector_parses_for_any_node_name(name: str) -> None:
-    from shared.adapters.kube import _escape_field_value
+    from shared.adapters.kube.client import _escape_field_value
 
     assert _parse_field_selector(f"spec.nodeName={_escape_field_value(name)}", "pods") == [("spec.nodeName", "=", name)]
 
 
 def test_a_node_name_with_selector_characters_is_escaped_not_refused() -> None:
-    from shared.adapters.kube import _escape_field_value
+    from shared.adapters.kube.client import _escape_field_value
 
     odd = "a,b=c\\d"
     assert _parse_field_selector(f"spec.nodeName={_escape_field_value(odd)}", "pods") == [("spec.nodeName", "=", odd)]

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.permissions import collect_arm_actions, linked_actions, steward_role_actions
+from shared.adapters.permissions import collect_arm_actions, linked_actions
 from sim.arm import ArmApi, granted_arm_actions
 from sim.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
 from sim.model import Fleet, SimClock
+from tests.grants import steward_role_actions
 
 SUB = "00000000-0000-0000-0000-00000000abcd"
 ARM = "https://management.azure.com/"

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.permissions import steward_role_actions
 from sim import armrbac
 from sim.arm import ArmApi, granted_arm_actions
 from sim.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
 from sim.model import Fleet, SimClock
+from tests.grants import steward_role_actions
 
 SUB = "00000000-0000-0000-0000-0000000000a8"
 ARM = "https://management.azure.com/"

@@ -31,6 +31,7 @@ from sim.certs import make_certs
 from sim.http import Headers, Request
 from sim.model import Fleet, SimClock
 from sim.server import SimServer
+from tests.waiting import wait_until
 
 SUB = "00000000-0000-0000-0000-00000000beef"
 RG = "rg-gpu"
@@ -391,13 +392,9 @@ def test_the_publisher_sees_401_for_a_wrong_key_and_413_for_a_huge_batch(sim: Si
 
 
 def _wait_state(sim: Sim, pool: str, state: str, timeout_s: float = 10.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def reached() -> bool:
         with sim.fleet.lock:
             p = sim.cluster.pools.get(pool)
-            if p is not None and p.provisioning_state == state:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"pool {pool} never reached {state}")
+            return p is not None and p.provisioning_state == state
+
+    wait_until(reached, timeout=timeout_s, interval=0.02, what=f"pool {pool} to reach {state}")

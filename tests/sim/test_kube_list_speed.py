@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from unittest import mock
 
-from sim import model
+from sim import objects
 from sim.generate import large_fleet, measure_list
 from sim.http import Headers, Request
 from sim.kube_api import KubeApi
@@ -30,7 +30,7 @@ def test_a_repeated_list_is_served_from_cached_bytes_without_serialising_any_nod
     req = Request("GET", f"/k8s/{cluster.subscription}/{cluster.resource_group}/{cluster.name}/api/v1/nodes",
                   Headers({"Authorization": f"Bearer {token}"}))
     first = api.handle(req)  # fills the per-node byte caches
-    with mock.patch.object(model, "_ENCODER") as encoder:
+    with mock.patch.object(objects, "ENCODER") as encoder:
         second = api.handle(req)
     assert second.status == 200 and second.body.count(b'"kind":"Node"') == first.body.count(b'"kind":"Node"') == 503
     encoder.encode.assert_not_called()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ from kubernetes.client.rest import ApiException
 
 from sim.scenario import SCENARIO_DIR
 from sim.testing import SimHandle, start_sim
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +26,15 @@ def api(sim: SimHandle) -> client.ApiClient:
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-    return value
+    return wait_until(check, timeout=timeout, what="the simulated cluster to get there")
+
+
+def unschedulable(core: client.CoreV1Api, name: str) -> bool:
+    """The scheduler looked at the pod and found no node for it. The simulator's controllers run in one
+    pass after every write, the scheduler then the autoprovisioner (sim.model Cluster.reconcile), so a
+    pod marked Unschedulable has also been offered to every NodePool."""
+    conditions = core.read_namespaced_pod(name, "default").status.conditions or []
+    return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
 
 
 def gpu_pod(name: str, toleration_value: str) -> client.V1Pod:
@@ -99,7 +102,7 @@ def test_a_pod_no_nodepool_admits_stays_pending(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     before = len(core.list_node().items)
     core.create_namespaced_pod("default", gpu_pod("stranded", "nothing-tolerates-this"))
-    time.sleep(0.5)
+    wait_for(lambda: unschedulable(core, "stranded"))
     assert core.read_namespaced_pod("stranded", "default").spec.node_name is None
     assert len(core.list_node().items) == before
 
@@ -126,6 +129,6 @@ def test_an_app_style_nodepool_with_zones_spot_and_limits_provisions_within_its_
     labels = core.read_node(node_name).metadata.labels
     assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"],
             labels["topology.kubernetes.io/zone"], labels["team"]) == ("Standard_NC8as_T4_v3", "spot", "eastus-2", "t4")
-    time.sleep(0.5)
+    wait_for(lambda: unschedulable(core, "t4-b"))  # looked at, with the NodePool's node for t4-a already made
     assert core.read_namespaced_pod("t4-b", "default").spec.node_name is None  # the NodePool's limits are reached
     assert len(core.list_node(label_selector="karpenter.sh/nodepool=team-t4").items) == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sim.testing import SimHandle, start_sim
+from tests.waiting import wait_until
 
 SCENARIO: dict[str, Any] = {
     "seed": 5,
@@ -56,14 +56,7 @@ def policy(sim: SimHandle) -> client.PolicyV1Api:
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
+    return wait_until(check, timeout=timeout, what="the simulated cluster to get there")
 
 
 def app_pods(core: client.CoreV1Api, app: str) -> list[Any]:
@@ -201,8 +194,14 @@ def test_a_gpu_pod_without_the_toleration_stays_pending(core: client.CoreV1Api) 
                            name="c", image="cuda", resources=client.V1ResourceRequirements(
                                limits={"nvidia.com/gpu": "1"}))]))
     core.create_namespaced_pod("shop", pod)
-    time.sleep(0.3)
-    p = core.read_namespaced_pod("wants-gpu", "shop")
+
+    def refused() -> Any:
+        """The pod once the scheduler (it runs after every write) looked and found no node for it."""
+        found = core.read_namespaced_pod("wants-gpu", "shop")
+        conditions = found.status.conditions or []
+        return found if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions) else None
+
+    p = wait_for(refused)
     assert p.status.phase == "Pending" and not p.spec.node_name
     assert p.status.conditions[0].reason == "Unschedulable"
     core.patch_namespaced_pod("wants-gpu", "shop", {"spec": {"tolerations": [

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from sim.testing import SimHandle, start_sim
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 
@@ -64,14 +64,7 @@ def get_json(sim: SimHandle, *args: str) -> Any:
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
+    return wait_until(check, timeout=timeout, interval=0.1, what="the simulated cluster to get there")
 
 
 def evict_raw(sim: SimHandle, tmp_path: Path, ns: str, pod: str, *, dry_run: bool = False) -> subprocess.CompletedProcess[str]:

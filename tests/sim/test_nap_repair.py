@@ -84,7 +84,8 @@ def test_deleting_a_nodeclaim_terminates_its_node_and_a_pending_pod_gets_a_new_o
 
 
 def test_the_app_finds_and_repairs_a_nap_gpu_node_by_deleting_its_nodeclaim() -> None:
-    from shared.remediation import core as remediation
+    from shared.remediation import records as remediation
+    from shared.remediation.records import State
     from tests.sim.steward_on_sim import run_remediations, steward_on, sweep_and_admit
 
     settings = {"REMEDIATION_DEFAULT_THRESHOLD_S": "0", "REMEDIATION_STARTUP_GRACE_S": "0"}
@@ -97,7 +98,7 @@ def test_the_app_finds_and_repairs_a_nap_gpu_node_by_deleting_its_nodeclaim() ->
         sim.control("POST", "/advance", {"seconds": 1})
         assert any(r.startswith("admitted") for r in sweep_and_admit(ctx)), "the sweep did not find the NAP node"
         (record,) = run_remediations(ctx)
-        assert record.state == remediation.DONE, record.data.get("last_note")
+        assert record.state == State.DONE, record.data.get("last_note")
         assert record.data["pool"] == "gpu" and record.data["nap"] is True
         assert record.data["escalation"]["code"] == "KarpenterNode"
         assert kube.get_node(broken) is None

@@ -102,7 +102,8 @@ def test_the_lock_endpoint_and_the_scenario_field_are_validated(wired: tuple[Sim
 
 
 def test_the_app_escalates_a_denied_restart_to_replace_through_the_aks_api() -> None:
-    from shared.remediation import core as remediation
+    from shared.remediation import records as remediation
+    from shared.remediation.records import State
     from tests.sim.steward_on_sim import run_remediations, steward_on, sweep_and_admit
 
     settings = {"REMEDIATION_DEFAULT_THRESHOLD_S": "0", "REMEDIATION_STARTUP_GRACE_S": "0"}
@@ -115,7 +116,7 @@ def test_the_app_escalates_a_denied_restart_to_replace_through_the_aks_api() -> 
         sim.control("POST", "/advance", {"seconds": 1})
         assert any(r.startswith("admitted") for r in sweep_and_admit(ctx))
         (record,) = run_remediations(ctx)
-        assert record.state == remediation.DONE, record.data.get("last_note")
+        assert record.state == State.DONE, record.data.get("last_note")
         assert record.data["escalation"]["code"] == "DenyAssignmentAuthorizationFailed"
         assert record.data["escalation"]["from"] == "restart"
         assert kube.get_node(broken) is None, "replaced through deleteMachines"

@@ -203,7 +203,9 @@ def run_request(sim: SimHandle, ctx: Any, request_id: str, pool: str, *, seen: l
                 core: client.CoreV1Api) -> Any:
     """Accept a request with validateWorkload and advance it (and the clock) until it ends; every pod
     seen in the app's namespace meanwhile is appended to ``seen``."""
-    from shared.pools.creation import KIND, TERMINAL_STATES, accept, advance
+    from shared.pools.intake import accept
+    from shared.pools.records import KIND, TERMINAL_STATES
+    from shared.pools.steps import advance
 
     body = {"schemaVersion": "1", "requestId": request_id, "requester": "team-vision@contoso.com",
             "cluster": sim.cluster("psa")["id"], "poolName": pool, "vmSize": T4, "count": 1, "validateWorkload": True}
@@ -229,7 +231,7 @@ def test_the_apps_sample_job_runs_under_restricted_in_its_own_namespace_and_prov
     seen: list[dict[str, Any]] = []
     record = run_request(sim, ctx, "psa-sample-ok", "gpuok", seen=seen, core=core)
     assert record.state == "succeeded", record.data
-    assert record.data["outcome"]["sampleJob"] == "succeeded"
+    assert record.data["outcome"]["sample_job"] == "succeeded"
     assert seen, "the sample job's pod never appeared in the app's namespace"
     spec = seen[-1]["spec"]
     assert spec["automountServiceAccountToken"] is False
@@ -241,8 +243,8 @@ def test_the_apps_sample_job_runs_under_restricted_in_its_own_namespace_and_prov
 
 def test_a_same_named_complete_job_someone_else_made_is_refused_and_left_in_place(
         wired: tuple[SimHandle, Any], core: client.CoreV1Api, batch: client.BatchV1Api) -> None:
-    from shared.pools.creation import job_name
     from shared.pools.request import PoolRequest
+    from shared.pools.sample_job import job_name
 
     sim, ctx = wired
     name = job_name(PoolRequest(schema_version="1", request_id="psa-squatted", requester="x",
@@ -255,6 +257,6 @@ def test_a_same_named_complete_job_someone_else_made_is_refused_and_left_in_plac
     record = run_request(sim, ctx, "psa-squatted", "gpusq", seen=[], core=core)
     assert record.state == "failed", record.data
     assert record.data["error"]["code"] == "SampleJobNotOurs"
-    assert record.data["outcome"].get("sampleJob") != "succeeded"
+    assert record.data["outcome"].get("sample_job") != "succeeded"
     still = batch.read_namespaced_job(name, APP_NS)
     assert still.metadata.uid == squatter_uid and still.metadata.deletion_timestamp is None

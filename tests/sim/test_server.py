@@ -21,6 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sim.testing import REPO, SimError, SimHandle, start_sim
+from tests.waiting import wait_until
 
 SCENARIO: dict[str, Any] = {
     "seed": 8,
@@ -152,11 +153,8 @@ def test_control_adds_a_workload_at_run_time(sim: SimHandle) -> None:
         "kind": "Deployment", "name": "late", "replicas": 1, "pdb": {"minAvailable": 1}}})
     assert "deployments.apps/default/late" in created["created"]
     core = client.CoreV1Api(sim.kube_client("two"))
-    deadline = time.monotonic() + 10
-    while not [p for p in core.list_namespaced_pod("default", label_selector="app=late").items
-               if p.status.phase == "Running"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: [p for p in core.list_namespaced_pod("default", label_selector="app=late").items
+                        if p.status.phase == "Running"], timeout=10, what="the late workload's pod to run")
 
 
 def test_control_sets_quota_and_refuses_advance_on_a_running_clock(sim: SimHandle) -> None:

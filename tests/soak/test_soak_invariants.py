@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.ledger import InMemoryLedger
 from shared.kernel.ports import Record
 from soak.crash import CrashingLedger, HostCrashed
 from soak.generate import generate
 from soak.invariants import Evidence, check_budgets, check_ledger, check_oracles, check_outcomes, check_repairs, pool_budget
 from soak.runner import fault_kind
+from tests.fakes.ledger import InMemoryLedger
 
 
 def _make_evidence(seed: int = 3, **fields: Any) -> Evidence:

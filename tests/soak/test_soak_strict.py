@@ -327,7 +327,7 @@ def test_the_soak_catches_an_app_that_uncordons_on_npds_start_up_false(monkeypat
     """End to end: with the verification window cut to REMEDIATION_SETTLE_S (the app before issue 10), the
     restart's NPD start-up False is taken for a repair and the node uncordoned; the fault comes back at
     NPD's first check and ``uncordon-while-faulty`` says so. With the app as it is, the same run is clean."""
-    from shared.remediation import core as remediation
+    from shared.remediation import steps as remediation
     from soak.report import failure_text
     from soak.runner import run_scenario
 

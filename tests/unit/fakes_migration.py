@@ -5,7 +5,7 @@ is a ManualClock. Long-running operations complete ``op_s`` seconds after they a
 nodes turn Ready ``ready_s`` after that. Evicted pods leave after their grace period and their
 controller recreates them as pending pods, which a small scheduler binds to a Ready, schedulable
 node whose taints they tolerate, whose labels match their nodeSelector and that has free GPUs.
-Left real: the ledger (InMemoryLedger), shared.adapters.events.RecordingEvents, the migration code,
+Left real: the ledger (InMemoryLedger), tests.fakes.events.RecordingEvents, the migration code,
 shared.fleet.stack and shared.drain.core.
 
 Oracles the tests read: ``killed`` (pods removed with their node rather than evicted),

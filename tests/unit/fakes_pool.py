@@ -2,7 +2,7 @@
 
 What is faked: ARM (clusters, agent pools with provisioningState, PUTs recorded), one Kubernetes
 API per cluster (nodes, arbitrary objects such as Jobs and Karpenter objects) and the Event Grid
-publisher. What is real: the ledger (shared.adapters.ledger.InMemoryLedger), the clock (ManualClock), the
+publisher. What is real: the ledger (tests.fakes.ledger.InMemoryLedger), the clock (ManualClock), the
 validation, the builders and the state machine. ``materialise`` plays the part of AKS bringing up
 a pool's nodes the way the simulator does (labels, allocatable GPUs, NPD conditions by profile).
 """
@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.adapters.ledger import InMemoryLedger
 from shared.fleet import gpu_sizes
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
@@ -22,6 +21,7 @@ from shared.kernel.errors import Conflict, NotFound
 from shared.kernel.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
 from shared.pools.policy import PoolRequestPolicy
 from shared.settings import Settings
+from tests.fakes.ledger import InMemoryLedger
 
 SUB = "00000000-0000-0000-0000-000000000001"
 OTHER_SUB = "00000000-0000-0000-0000-0000000000ff"

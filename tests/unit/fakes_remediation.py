@@ -2,7 +2,7 @@
 
 Faked: the Kubernetes API of each cluster (nodes, pods, evictions, events, leases), ARM (clusters,
 pools, machines, delete-machines, pool PUTs), VMSS restart/reimage and the Event Grid publisher.
-Left real: the ledger (``shared.adapters.ledger.InMemoryLedger``), the settings dataclass, the policies,
+Left real: the ledger (``tests.fakes.ledger.InMemoryLedger``), the settings dataclass, the policies,
 the reconciler and every decision. A repair "works" or "fails" per rung as the test says, so a test
 reads like the fleet's story: which rung heals, which PDB blocks, which quota is missing.
 """
@@ -16,10 +16,9 @@ from typing import Any
 
 import msgspec
 
-from shared.adapters.ledger import InMemoryLedger
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
-from shared.kernel.errors import Conflict, Invalid, NotFound
+from shared.kernel.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from shared.kernel.ports import (
     ClusterInfo,
     Condition,
@@ -33,6 +32,7 @@ from shared.kernel.ports import (
 )
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from shared.settings import Settings
+from tests.fakes.ledger import InMemoryLedger
 
 SUB = "00000000-0000-0000-0000-000000000001"
 CLUSTER = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
@@ -305,8 +305,8 @@ class FakeAks:
         count = int(props["count"])
         current = self.counts[pool]
         if count > current and self.quota < count - current:
-            raise Invalid("Operation could not be completed as it results in exceeding approved quota.",
-                          code="QuotaExceeded")
+            raise QuotaExceeded("Operation could not be completed as it results in exceeding approved quota.",
+                                code="QuotaExceeded")
         self.writes.append(("put_pool", pool, count))
         if count > current:
             self.quota -= count - current
@@ -415,9 +415,9 @@ class Fleet:
                        instance=instance)
 
     def handle(self, event: Mapping[str, Any], ctx: Context | None = None) -> str:
-        from shared.remediation import core as remediation
+        from shared.remediation import admission
 
-        return remediation.handle_event(event, ctx or self.ctx())
+        return admission.handle_event(event, ctx or self.ctx()).detail
 
     def cluster_writes(self) -> list[tuple[Any, ...]]:
         return [*self.kube.writes, *self.aks.writes, *self.compute.writes]
@@ -426,23 +426,24 @@ class Fleet:
 def unhealthy_event(node: NodeView | str, *, fleet: Fleet, condition: str = DEVICE_PLUGIN, since: float | None = None,
                     observed_at: float | None = None, source: str = SOURCE, cluster: str = CLUSTER) -> dict[str, Any]:
     """The CloudEvent the sweep would publish for ``node`` (taking the transition time from the node)."""
-    from shared.remediation import core as remediation
+    from shared.kernel import timefmt
+    from shared.remediation import records as remediation
 
     n = fleet.kube.nodes[node] if isinstance(node, str) else node
     cond = n.condition(condition)
     at = since if since is not None else (cond.last_transition if cond and cond.last_transition else fleet.clock.now())
     return {"specversion": "1.0", "id": remediation.fault_id(cluster, n.name, condition, at), "source": source,
             "type": remediation.UNHEALTHY_EVENT, "subject": remediation.subject(cluster, n.pool, n.name),
-            "time": remediation.iso(observed_at if observed_at is not None else fleet.clock.now()),
+            "time": timefmt.iso(observed_at if observed_at is not None else fleet.clock.now()),
             "data": {"cluster": cluster, "node": n.name, "pool": n.pool, "condition": condition,
-                     "since": remediation.iso(at),
-                     "observed_at": remediation.iso(observed_at if observed_at is not None else fleet.clock.now())}}
+                     "since": timefmt.iso(at),
+                     "observed_at": timefmt.iso(observed_at if observed_at is not None else fleet.clock.now())}}
 
 
 def run_until_settled(fleet: Fleet, ctx: Context | None = None, *, max_rounds: int = 400) -> list[str]:
     """Drive the real reconciler over the fleet's ledger, jumping the clock to the next due record."""
     from shared.kernel import reconciler
-    from shared.remediation import core as remediation
+    from shared.remediation import steps as remediation
 
     context = ctx or fleet.ctx()
     modules = {"remediation": remediation}

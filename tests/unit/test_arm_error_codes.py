@@ -1,6 +1,6 @@
 """Issue 10, AKS/ARM 7: ARM refusals become specific error types chosen by *code*, never by message text.
 
-The adapter (shared.adapters.aks.map_arm_error) reads ARM's ``error.code`` and the codes of ``error.details[]``
+The adapter (shared.adapters.arm.map_arm_error) reads ARM's ``error.code`` and the codes of ``error.details[]``
 (AKS wraps Compute's refusal in a deployment error), so the core can ``except QuotaExceeded`` instead
 of searching a message for "quota". The error bodies below are the real shapes: AKS's pre-flight
 ``InsufficientVCPUQuota`` (1ChristianAlex/motordesk#14), Compute's ``QuotaExceeded`` inside
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-from shared.adapters.aks import error_of_detail, map_arm_error
+from shared.adapters.arm import map_arm_error
+from shared.kernel.arm_codes import error_of_detail
 from shared.kernel.errors import (
     AllocationFailed,
     Conflict,
@@ -130,3 +131,14 @@ def test_a_failed_pools_provisioning_error_is_classified_by_its_innermost_code()
     linked = error_of_detail({"code": "InvalidTemplateDeployment", "message": "failed",
                               "details": [{"code": "LinkedAuthorizationFailed", "message": "no join on the subnet"}]})
     assert isinstance(linked, LinkedAuthorizationFailed) and linked.code == "LinkedAuthorizationFailed"
+
+
+def test_a_401_is_unauthorized_and_a_403_is_only_forbidden() -> None:
+    from shared.kernel.errors import Unauthorized
+
+    expired = map_arm_error(arm_error(401, "ExpiredAuthenticationToken", "The access token expiry UTC time is earlier "
+                                                                         "than current UTC time."), what="get cluster")
+    denied = map_arm_error(arm_error(403, "AuthorizationFailed", "The client does not have authorization to perform "
+                                                                 "action over scope."), what="get cluster")
+    assert isinstance(expired, Unauthorized) and isinstance(expired, Forbidden)
+    assert isinstance(denied, Forbidden) and not isinstance(denied, Unauthorized)

@@ -16,14 +16,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.adapters.kube import classify_eviction_error
-from shared.drain import core as drain
+from shared.adapters.kube.errors import classify_eviction_error
+from shared.drain.filters import pdbs_covering, selector_matches
+from shared.drain.settings import DrainSettings
+from shared.drain.state import DRAINED, REFUSED, STALLED, TIMED_OUT, DrainState, drain_step, record_eviction, retry_delay
 from shared.kernel.ports import EvictionResult, PodView
-from shared.remediation.policy import RemediationPolicy
 from tests.unit.fakes_remediation import make_pod
 
 NOW = 1_764_684_000.0
-POLICY = RemediationPolicy()
+SETTINGS = DrainSettings()
 
 
 def status(code: int, reason: str, message: str, **details: Any) -> bytes:
@@ -119,59 +120,59 @@ def test_the_403_names_the_budget_that_refused() -> None:
 
 
 def test_a_terminating_namespace_is_waited_for_and_never_counts_as_a_budget_stall() -> None:
-    policy = RemediationPolicy(pdb_blocked_timeout_s=60, drain_timeout_s=3600)
+    settings = DrainSettings(pdb_blocked_timeout_s=60, drain_timeout_s=3600)
     pod = make_pod("web-1", "n", namespace="doomed")
-    state, actions = drain.drain_step(node="n", pods=[pod], previous=drain.DrainState(), now=NOW, policy=policy)
+    state, actions = drain_step(node="n", pods=[pod], previous=DrainState(), now=NOW, settings=settings)
     for t in range(0, 600, 5):
         for action in actions:
-            state = drain.record_eviction(state, action, EvictionResult("namespace_terminating", "being terminated"),
-                                          now=NOW + t, grace=30, policy=policy)
-        state, actions = drain.drain_step(node="n", pods=[pod], previous=state, now=NOW + t + 5, policy=policy)
+            state = record_eviction(state, action, EvictionResult("namespace_terminating", "being terminated"),
+                                          now=NOW + t, grace=30, settings=settings)
+        state, actions = drain_step(node="n", pods=[pod], previous=state, now=NOW + t + 5, settings=settings)
         assert state.outcome == "", state.reason
     assert "namespace is being deleted" in state.messages["doomed/web-1"]
     # the namespace controller deletes the pod: it is now terminating and waited for until it goes
     gone = msgspec.structs.replace(pod, deletion_timestamp=NOW + 630)
-    state, actions = drain.drain_step(node="n", pods=[gone], previous=state, now=NOW + 610, policy=policy)
+    state, actions = drain_step(node="n", pods=[gone], previous=state, now=NOW + 610, settings=settings)
     assert actions == [] and state.outcome == ""
-    state, _ = drain.drain_step(node="n", pods=[], previous=state, now=NOW + 640, policy=policy)
+    state, _ = drain_step(node="n", pods=[], previous=state, now=NOW + 640, settings=settings)
     assert state.outcome == "drained"
 
 
 # --------------------------------------------------------------------------- app 2: decide before disrupting
 
 REFUSALS = [
-    ("a pod without a controller", RemediationPolicy(), [make_pod("bare", "n", owner=None)], None,
+    ("a pod without a controller", DrainSettings(), [make_pod("bare", "n", owner=None)], None,
      "default/bare", "REMEDIATION_UNMANAGED_PODS=evict"),
-    ("an emptyDir pod under refuse", RemediationPolicy(empty_dir="refuse"), [make_pod("cache", "n", empty_dir=True)],
+    ("an emptyDir pod under refuse", DrainSettings(empty_dir="refuse"), [make_pod("cache", "n", empty_dir=True)],
      None, "default/cache", "REMEDIATION_EMPTY_DIR=evict"),
-    ("a pod under two PodDisruptionBudgets", RemediationPolicy(), [labelled(make_pod("web-0", "n"), app="web")],
+    ("a pod under two PodDisruptionBudgets", DrainSettings(), [labelled(make_pod("web-0", "n"), app="web")],
      [pdb("web-a"), pdb("web-b", selector={"matchExpressions": [{"key": "app", "operator": "Exists"}]})],
      "default/web-0", "web-a, web-b"),
 ]
 
 
-@pytest.mark.parametrize(("policy", "odd", "pdbs", "pod", "says"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+@pytest.mark.parametrize(("settings", "odd", "pdbs", "pod", "says"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
 def test_a_node_with_a_pod_that_fails_a_filter_is_refused_before_anything_is_evicted(
-        policy: RemediationPolicy, odd: list[PodView], pdbs: list[dict[str, Any]] | None, pod: str, says: str) -> None:
+        settings: DrainSettings, odd: list[PodView], pdbs: list[dict[str, Any]] | None, pod: str, says: str) -> None:
     ordinary = [make_pod(f"train-{i}", "n") for i in range(3)] + [make_pod("dcgm", "n", owner="DaemonSet")]
-    state, actions = drain.drain_step(node="n", pods=[*ordinary, *odd], previous=drain.DrainState(), now=NOW,
-                                      policy=policy, pdbs=pdbs)
+    state, actions = drain_step(node="n", pods=[*ordinary, *odd], previous=DrainState(), now=NOW,
+                                      settings=settings, pdbs=pdbs)
     assert actions == [], "nothing may be evicted from a node that cannot be drained"
-    assert state.outcome == drain.REFUSED
+    assert state.outcome == REFUSED
     assert pod in state.reason and says in state.reason and "before evicting anything" in state.reason
 
 
 def test_the_same_pods_allowed_by_the_setting_are_evicted_with_the_rest() -> None:
-    policy = RemediationPolicy(unmanaged_pods="evict")
+    settings = DrainSettings(unmanaged_pods="evict")
     pods = [make_pod("train-0", "n"), make_pod("bare", "n", owner=None)]
-    state, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=policy)
+    state, actions = drain_step(node="n", pods=pods, previous=DrainState(), now=NOW, settings=settings)
     assert sorted(a.name for a in actions) == ["bare", "train-0"] and state.outcome == ""
 
 
 def test_one_pdb_per_pod_refuses_nothing() -> None:
     pods = [labelled(make_pod("web-0", "n"), app="web"), labelled(make_pod("db-0", "n"), app="db")]
     pdbs = [pdb("web"), pdb("db", selector={"matchLabels": {"app": "db"}})]
-    state, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY,
+    state, actions = drain_step(node="n", pods=pods, previous=DrainState(), now=NOW, settings=SETTINGS,
                                       pdbs=pdbs)
     assert len(actions) == 2 and state.outcome == ""
 
@@ -190,30 +191,30 @@ SELECTORS = [
 @pytest.mark.parametrize(("selector", "labels", "matches"), [s[1:] for s in SELECTORS], ids=[s[0] for s in SELECTORS])
 def test_pdb_selectors_match_like_the_api_server(selector: dict[str, Any] | None, labels: dict[str, str],
                                                  matches: bool) -> None:
-    assert drain.selector_matches(selector, labels) is matches
+    assert selector_matches(selector, labels) is matches
 
 
 def test_a_pdb_of_another_namespace_never_covers_the_pod() -> None:
     pod = labelled(make_pod("web-0", "n", namespace="team-a"), app="web")
-    assert drain.pdbs_covering(pod, [pdb("web", namespace="team-b")]) == []
+    assert pdbs_covering(pod, [pdb("web", namespace="team-b")]) == []
 
 
 # --------------------------------------------------------------------------- app 3: pods stuck terminating
 
 
 def test_a_terminating_pods_wait_ends_at_its_deletion_timestamp_without_adding_the_grace_period_again() -> None:
-    policy = RemediationPolicy(drain_timeout_s=600)
+    settings = DrainSettings(drain_timeout_s=600)
     # deleted with a 30 s grace period: the API server set deletionTimestamp = delete time + 30 s
     pod = make_pod("web", "n", grace=30, deleting=NOW - 1)
-    previous = drain.DrainState(started_at=NOW - 600)
-    state, _ = drain.drain_step(node="n", pods=[pod], previous=previous, now=NOW, policy=policy)
-    assert state.outcome == drain.TIMED_OUT  # its grace period ended 1 s ago; no second 30 s
+    previous = DrainState(started_at=NOW - 600)
+    state, _ = drain_step(node="n", pods=[pod], previous=previous, now=NOW, settings=settings)
+    assert state.outcome == TIMED_OUT  # its grace period ended 1 s ago; no second 30 s
 
 
 STUCK = [
     ("inside its grace period", NOW + 20, 300, "", ["default/web"]),
     ("past its deletion time, under the timeout", NOW - 299, 300, "", ["default/web"]),
-    ("past its deletion time by more than the timeout", NOW - 301, 300, drain.DRAINED, []),
+    ("past its deletion time by more than the timeout", NOW - 301, 300, DRAINED, []),
     ("the rule off (0): waited for", NOW - 5000, 0, "", ["default/web"]),
 ]
 
@@ -221,75 +222,75 @@ STUCK = [
 @pytest.mark.parametrize(("deletion", "timeout", "outcome", "remaining"), [s[1:] for s in STUCK], ids=[s[0] for s in STUCK])
 def test_a_pod_stuck_terminating_is_skipped_after_the_skip_wait_timeout(deletion: float, timeout: int, outcome: str,
                                                                         remaining: list[str]) -> None:
-    policy = RemediationPolicy(skip_wait_for_delete_timeout_s=timeout, drain_timeout_s=86400)
+    settings = DrainSettings(skip_wait_for_delete_timeout_s=timeout, drain_timeout_s=86400)
     pod = make_pod("web", "n", deleting=deletion)
-    state, actions = drain.drain_step(node="n", pods=[pod], previous=drain.DrainState(started_at=NOW - 10),
-                                      now=NOW, policy=policy)
+    state, actions = drain_step(node="n", pods=[pod], previous=DrainState(started_at=NOW - 10),
+                                      now=NOW, settings=settings)
     assert actions == [] and state.outcome == outcome and state.remaining == remaining
-    if outcome == drain.DRAINED:
+    if outcome == DRAINED:
         assert "DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S=300" in state.messages["default/web"]
 
 
 def test_the_drain_wakes_up_when_a_stuck_pod_passes_the_skip_wait_timeout() -> None:
-    policy = RemediationPolicy(skip_wait_for_delete_timeout_s=300, poll_s=3600, drain_timeout_s=86400)
+    settings = DrainSettings(skip_wait_for_delete_timeout_s=300, poll_s=3600, drain_timeout_s=86400)
     pod = make_pod("web", "n", deleting=NOW - 100)
-    state, _ = drain.drain_step(node="n", pods=[pod], previous=drain.DrainState(started_at=NOW), now=NOW, policy=policy)
+    state, _ = drain_step(node="n", pods=[pod], previous=DrainState(started_at=NOW), now=NOW, settings=settings)
     assert state.wake_at == NOW - 100 + 300 + 1
 
 
 def test_the_skip_wait_setting_defaults_to_cluster_apis_300_seconds_and_reads_from_the_environment() -> None:
-    assert RemediationPolicy().skip_wait_for_delete_timeout_s == 300
+    assert DrainSettings().skip_wait_for_delete_timeout_s == 300
     env = {"DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S": "0", "DRAIN_PDB_BLOCKED_TIMEOUT_S": "600"}
-    policy = RemediationPolicy.from_env(env)
-    assert (policy.skip_wait_for_delete_timeout_s, policy.pdb_blocked_timeout_s) == (0, 600)
+    settings = DrainSettings.from_env(env)
+    assert (settings.skip_wait_for_delete_timeout_s, settings.pdb_blocked_timeout_s) == (0, 600)
 
 
 # --------------------------------------------------------------------------- app 4: a budget that never frees up
 
 
-def _refused_for(seconds: float, *, policy: RemediationPolicy, pdbs: list[dict[str, Any]] | None
-                 ) -> tuple[drain.DrainState, int]:
+def _refused_for(seconds: float, *, settings: DrainSettings, pdbs: list[dict[str, Any]] | None
+                 ) -> tuple[DrainState, int]:
     """Drive one pod a PDB always refuses (429) for ``seconds``; returns the state and the eviction calls."""
     pod = labelled(make_pod("web-0", "n"), app="web")
-    state, actions = drain.drain_step(node="n", pods=[pod], previous=drain.DrainState(), now=NOW, policy=policy,
+    state, actions = drain_step(node="n", pods=[pod], previous=DrainState(), now=NOW, settings=settings,
                                       pdbs=pdbs)
     calls, now = 0, NOW
     while state.outcome == "" and now < NOW + seconds:
         for action in actions:
             calls += 1
-            state = drain.record_eviction(state, action, EvictionResult(
+            state = record_eviction(state, action, EvictionResult(
                 "blocked", "Cannot evict pod as it would violate the pod's disruption budget."),
-                now=now, grace=30, policy=policy)
+                now=now, grace=30, settings=settings)
         now = max(now + 1.0, state.wake_at or now + 1.0)
-        state, actions = drain.drain_step(node="n", pods=[pod], previous=state, now=now, policy=policy, pdbs=pdbs)
+        state, actions = drain_step(node="n", pods=[pod], previous=state, now=now, settings=settings, pdbs=pdbs)
     return state, calls
 
 
 def test_a_budget_that_never_frees_up_stops_the_drain_after_the_pdb_blocked_timeout_naming_the_pdb() -> None:
-    policy = RemediationPolicy(pdb_blocked_timeout_s=1800, drain_timeout_s=3600, poll_s=20)
-    state, calls = _refused_for(3600, policy=policy, pdbs=[pdb("web", current=1, desired=1, expected=1)])
-    assert state.outcome == drain.STALLED
+    settings = DrainSettings(pdb_blocked_timeout_s=1800, drain_timeout_s=3600, poll_s=20)
+    state, calls = _refused_for(3600, settings=settings, pdbs=[pdb("web", current=1, desired=1, expected=1)])
+    assert state.outcome == STALLED
     assert "default/web (disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1, expectedPods=1)" in state.reason
     assert "DRAIN_PDB_BLOCKED_TIMEOUT_S=1800" in state.reason and "default/web-0" in state.reason
     assert calls <= 1800 / 20 + 5, f"{calls} eviction calls: the refusals back off to the poll interval"
 
 
 def test_a_budget_stall_without_a_pdb_list_still_says_what_the_server_answered() -> None:
-    policy = RemediationPolicy(pdb_blocked_timeout_s=120, poll_s=20)
-    state, _ = _refused_for(600, policy=policy, pdbs=None)
-    assert state.outcome == drain.STALLED and "disruption budget" in state.reason
+    settings = DrainSettings(pdb_blocked_timeout_s=120, poll_s=20)
+    state, _ = _refused_for(600, settings=settings, pdbs=None)
+    assert state.outcome == STALLED and "disruption budget" in state.reason
 
 
 def test_a_budget_that_frees_up_before_the_timeout_lets_the_drain_finish() -> None:
-    policy = RemediationPolicy(pdb_blocked_timeout_s=1800)
-    state, _ = _refused_for(1700, policy=policy, pdbs=None)
+    settings = DrainSettings(pdb_blocked_timeout_s=1800)
+    state, _ = _refused_for(1700, settings=settings, pdbs=None)
     assert state.outcome == ""
     pod = labelled(make_pod("web-0", "n"), app="web")
-    state, actions = drain.drain_step(node="n", pods=[pod], previous=state, now=NOW + 1790, policy=policy)
-    state = drain.record_eviction(state, actions[0], EvictionResult("evicted"), now=NOW + 1790, grace=30, policy=policy)
+    state, actions = drain_step(node="n", pods=[pod], previous=state, now=NOW + 1790, settings=settings)
+    state = record_eviction(state, actions[0], EvictionResult("evicted"), now=NOW + 1790, grace=30, settings=settings)
     assert "uid-default-web-0" not in state.blocked
-    state, _ = drain.drain_step(node="n", pods=[], previous=state, now=NOW + 1820, policy=policy)
-    assert state.outcome == drain.DRAINED
+    state, _ = drain_step(node="n", pods=[], previous=state, now=NOW + 1820, settings=settings)
+    assert state.outcome == DRAINED
 
 
 RETRIES = [
@@ -303,13 +304,13 @@ RETRIES = [
 
 @pytest.mark.parametrize(("tries", "retry_after", "delay"), [r[1:] for r in RETRIES], ids=[r[0] for r in RETRIES])
 def test_refused_evictions_back_off_to_the_poll_interval(tries: int, retry_after: float | None, delay: float) -> None:
-    assert drain.retry_delay(RemediationPolicy(eviction_retry_s=5, poll_s=20), tries, retry_after) == delay
+    assert retry_delay(DrainSettings(eviction_retry_s=5, poll_s=20), tries, retry_after) == delay
 
 
 def test_the_pdb_blocked_timeout_of_zero_leaves_only_the_drain_deadline() -> None:
-    policy = RemediationPolicy(pdb_blocked_timeout_s=0, drain_timeout_s=600)
-    state, _ = _refused_for(700, policy=policy, pdbs=None)
-    assert state.outcome == drain.TIMED_OUT
+    settings = DrainSettings(pdb_blocked_timeout_s=0, drain_timeout_s=600)
+    state, _ = _refused_for(700, settings=settings, pdbs=None)
+    assert state.outcome == TIMED_OUT
 
 
 # --------------------------------------------------------------------------- app 5: the multi-PDB 500
@@ -317,11 +318,11 @@ def test_the_pdb_blocked_timeout_of_zero_leaves_only_the_drain_deadline() -> Non
 
 def test_the_multi_pdb_answer_stops_the_drain_at_once() -> None:
     pods = [make_pod("web-0", "n"), make_pod("train-0", "n")]
-    state, actions = drain.drain_step(node="n", pods=pods, previous=drain.DrainState(), now=NOW, policy=POLICY)
+    state, actions = drain_step(node="n", pods=pods, previous=DrainState(), now=NOW, settings=SETTINGS)
     web = next(a for a in actions if a.name == "web-0")
-    state = drain.record_eviction(state, web, EvictionResult(
+    state = record_eviction(state, web, EvictionResult(
         "multiple_pdbs", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not "
-                         "support."), now=NOW, grace=30, policy=POLICY)
-    assert state.outcome == drain.REFUSED
+                         "support."), now=NOW, grace=30, settings=SETTINGS)
+    assert state.outcome == REFUSED
     assert "default/web-0" in state.reason and "more than one PodDisruptionBudget" in state.reason
     assert "uid-default-web-0" not in state.retry_at, "never retried: it is not transient"

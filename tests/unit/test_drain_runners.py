@@ -15,11 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.drain import core as drain
+from shared.drain.state import REFUSED
 from shared.kernel.errors import Forbidden
 from shared.kernel.ports import EvictionResult
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import State
 from tests.unit.fakes_remediation import Fleet, make_pod, run_until_settled, unhealthy_event
 
 NODE = "aks-gpu-1"
@@ -71,7 +72,7 @@ class _Credential:
 
 
 def _client(core: _Core) -> Any:
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
     from shared.kernel.clock import ManualClock
 
     kubeconfig = b"""apiVersion: v1
@@ -138,13 +139,13 @@ def test_a_pod_in_a_terminating_namespace_is_waited_for_and_the_repair_goes_on()
     for _ in range(40):
         states = run_until_settled(fleet, max_rounds=1)
         rec = the_record(fleet)
-        if rec.state == remediation.DRAINING and any(
+        if rec.state == State.DRAINING and any(
                 p.deletion_timestamp is not None and p.deletion_timestamp <= fleet.clock.now()
                 for p in fleet.kube.pods.values()):
             fleet.kube.finish_terminating()  # its grace period is over: the kubelet is done with it
         if states[0] not in remediation.ACTIVE_STATES:
             break
-    assert states == [remediation.DONE], the_record(fleet).data.get("last_note")
+    assert states == [State.DONE], the_record(fleet).data.get("last_note")
     assert answers["n"] == 3, "asked again only until the namespace controller marked the pod deleted"
     assert "check the app's Azure role" not in str(the_record(fleet).history)
 
@@ -152,8 +153,8 @@ def test_a_pod_in_a_terminating_namespace_is_waited_for_and_the_repair_goes_on()
 # --------------------------------------------------------------------------- app 2: decide before disrupting
 
 
-@pytest.mark.parametrize(("fallback", "end", "cordoned"), [("hold", remediation.GAVE_UP, True),
-                                                           ("release", remediation.RELEASED, False)])
+@pytest.mark.parametrize(("fallback", "end", "cordoned"), [("hold", State.GAVE_UP, True),
+                                                           ("release", State.RELEASED, False)])
 def test_a_node_with_an_unmanaged_pod_is_refused_before_any_eviction(fallback: str, end: str, cordoned: bool) -> None:
     fleet = broken(RemediationPolicy(drain_fallback=fallback), make_pod("web-1", NODE), make_pod("train-2", NODE),
                    make_pod("notebook", NODE, owner=None))
@@ -174,7 +175,7 @@ def test_a_dry_run_says_the_node_would_be_refused() -> None:
 
 
 def test_a_migration_refuses_the_pool_before_evicting_on_any_node() -> None:
-    from shared.migration.core import run_planner
+    from shared.migration.planner import run_planner
     from tests.unit.test_migration import World, assert_safe
 
     world = World()
@@ -196,9 +197,9 @@ def test_a_pod_the_gpu_fault_leaves_unkillable_does_not_hold_the_repair_for_the_
                    make_pod("train-1", NODE, grace=30))
     fleet.kube.evict_terminates = True  # evicted, then stuck Terminating: its process hangs in the driver
     started = fleet.clock.now()
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.compute.writes][:1] == ["restart"], "the reboot that frees the pod happened"
-    drained_at = next(h["at"] for h in the_record(fleet).history if h["state"] == remediation.REPAIRING)
+    drained_at = next(h["at"] for h in the_record(fleet).history if h["state"] == State.REPAIRING)
     assert drained_at - started < 30 + 300 + 60, "waited past the grace period only DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S"
 
 
@@ -217,7 +218,7 @@ def test_a_drain_a_budget_never_lets_through_stops_after_the_timeout_and_names_t
     fleet = broken(RemediationPolicy(pdb_blocked_timeout_s=1800, drain_timeout_s=3600), web)
     _never_frees(fleet)
     started = fleet.clock.now()
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     rec = the_record(fleet)
     assert rec.data["drain_outcome"] == "stalled"
     assert fleet.clock.now() - started < 1900, "given up after DRAIN_PDB_BLOCKED_TIMEOUT_S, not the drain deadline"
@@ -250,10 +251,10 @@ def test_a_pod_under_two_pdbs_stops_the_repair_instead_of_retrying_forever() -> 
                                                "PodDisruptionBudget, which the eviction subresource does not support.")
 
     fleet.kube.evict = evict  # type: ignore[method-assign]
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert len(evictions(fleet)) == 1
     rec = the_record(fleet)
-    assert rec.data["drain_outcome"] == drain.REFUSED and "more than one PodDisruptionBudget" in rec.data["last_note"]
+    assert rec.data["drain_outcome"] == REFUSED and "more than one PodDisruptionBudget" in rec.data["last_note"]
 
 
 def test_two_pdbs_seen_up_front_refuse_the_node_without_an_eviction() -> None:
@@ -262,7 +263,7 @@ def test_two_pdbs_seen_up_front_refuse_the_node_without_an_eviction() -> None:
     fleet.kube.list_pdbs = lambda namespace=None: [  # type: ignore[method-assign]
         {"metadata": {"name": "web", "namespace": "default"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}},
         {"metadata": {"name": "front", "namespace": "default"}, "spec": {"selector": {"matchLabels": {"tier": "front"}}}}]
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert evictions(fleet) == []
     assert "web, front" in the_record(fleet).data["last_note"]
 
@@ -270,15 +271,15 @@ def test_two_pdbs_seen_up_front_refuse_the_node_without_an_eviction() -> None:
 def test_a_migration_whose_budget_never_frees_up_blocks_after_the_pdb_blocked_timeout() -> None:
     import dataclasses
 
-    from shared.migration.core import run_planner
+    from shared.drain.settings import DrainSettings
+    from shared.migration.planner import run_planner
     from shared.migration.policy import MigrationPolicy
     from tests.unit.test_migration import World, assert_safe
 
     world = World(policy=MigrationPolicy(enabled=True, strategy="surge", drain_timeout_s=7200),
                   replicas=3, min_available=3)
     ctx = world.ctx()
-    ctx = dataclasses.replace(ctx, settings=dataclasses.replace(
-        ctx.settings, remediation=RemediationPolicy(pdb_blocked_timeout_s=600)))
+    ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, drain=DrainSettings(pdb_blocked_timeout_s=600)))
     run_planner(ctx)
     rec = world.drive(ctx)
     assert rec.state == "blocked"

@@ -20,11 +20,11 @@ import pytest
 from shared.fleet.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
 from shared.kernel.ports import PoolInfo, Record
 from shared.kernel.reconciler import reconcile_once
-from shared.migration import core as migration
+from shared.migration import steps as migration
 from shared.migration.plan import migration_id
-from shared.pools import creation as pool_creation
-from shared.pools.creation import KIND as POOL_REQUEST
-from shared.pools.creation import accept
+from shared.pools import steps as pool_steps
+from shared.pools.intake import accept
+from shared.pools.records import KIND as POOL_REQUEST
 from shared.pools.spec import TAG_REQUEST_ID
 from shared.pools.teams import Team
 from tests.unit.fakes_pool import CLUSTER, make_world, message
@@ -152,7 +152,7 @@ def test_a_forged_pool_request_row_never_deletes_a_pool_it_did_not_create(props:
     world = make_world()
     _forge_request(world, request_id="req-evil", pool="victim", vmSize="Standard_NC4as_T4_v3")
     _failed_pool(world, "victim", **props)
-    reconcile_once(world.ctx, modules={"pool-request": pool_creation})
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})
     final = world.ledger.get(POOL_REQUEST, "req-evil")
     assert final is not None and final.state == "failed"
     assert world.aks.deletes == [] and world.aks.puts == []
@@ -173,7 +173,7 @@ def test_a_pool_request_cleanup_sends_if_match_with_the_etag_it_verified() -> No
         plain(cluster_id, pool)
 
     world.aks.begin_delete_pool = delete  # type: ignore[method-assign]
-    reconcile_once(world.ctx, modules={"pool-request": pool_creation})
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})
     assert seen == [{"etag": '"v1"'}]
 
 
@@ -198,7 +198,7 @@ def _rewrite(world: Any, request_id: str, **fields: Any) -> None:
 
 
 def _advance(world: Any, request_id: str) -> Record:
-    reconcile_once(world.ctx, modules={"pool-request": pool_creation})
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})
     final = world.ledger.get(POOL_REQUEST, request_id)
     assert final is not None
     return final

@@ -22,9 +22,9 @@ import pytest
 from shared.fleet.pool_clone import MANAGED_GPU_PROFILE, TAG_MIGRATED_FROM, clone_for_managed
 from shared.kernel.ports import PoolInfo, Record
 from shared.kernel.reconciler import reconcile_once
-from shared.migration import core as migration
-from shared.migration.core import run_planner
+from shared.migration import steps as migration
 from shared.migration.plan import is_replacement_name, migration_id, record_problems
+from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import FakeAks
 from tests.unit.test_migration import NOW, World, t4_pool

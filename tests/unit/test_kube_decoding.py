@@ -14,18 +14,12 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.kube import (
-    OBJECT_KINDS,
-    decode_node,
-    decode_node_list,
-    decode_pod,
-    decode_pod_list,
-    format_quantity,
-    parse_quantity,
-    server_and_ca,
-)
+from shared.adapters.kube.auth import server_and_ca
+from shared.adapters.kube.decoding import decode_node, decode_node_list, decode_pod, decode_pod_list
+from shared.adapters.kube.objects import OBJECT_KINDS
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import NodeView
+from shared.kernel.quantity import format_quantity, parse_quantity
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -278,10 +272,10 @@ users:
 
 
 def test_supported_object_kinds_are_declared_with_their_permissions() -> None:
-    from shared.adapters import kube
+    from shared.adapters.kube import client
     from shared.adapters.permissions import collect_kube_rules
 
-    rules = collect_kube_rules(kube)
+    rules = collect_kube_rules(client)
     # per kind, only what the app does with it (issue 11): Jobs are created, read and deleted, never
     # replaced; Karpenter objects are applied (get, create, update), read and deleted
     for (group, _kind), (plural, _namespaced) in OBJECT_KINDS.items():

@@ -74,7 +74,7 @@ class _Credential:
 
 
 def _client(*, get_json: Callable[[str, Mapping[str, Any]], bytes] | None = None, core: Any = None) -> Any:
-    from shared.adapters.kube import KubeClient
+    from shared.adapters.kube.client import KubeClient
     from shared.kernel.clock import ManualClock
 
     kubeconfig = b"""apiVersion: v1

@@ -1,6 +1,6 @@
 """The sweep's fast node decoding says what the kubernetes client's models say, timestamps included.
 
-shared.adapters.kube decodes list pages straight into ``ports.Condition`` / ``ports.Taint``; a condition keeps
+shared.adapters.kube.decoding decodes list pages straight into ``ports.Condition`` / ``ports.Taint``; a condition keeps
 ``lastTransitionTime`` as text and parses it (through a small bounded cache) only when it is read. A
 page the strict shapes refuse (a null ``reason``, ``message`` or taint ``value``) is decoded again the
 tolerant way. These tests pin both paths and the cache to the reference: ``ApiClient.deserialize``.
@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.adapters import kube
-from shared.adapters.kube import decode_node, decode_node_list
-from shared.kernel import ports
+from shared.adapters.kube import decoding
+from shared.adapters.kube.decoding import decode_node, decode_node_list
+from shared.kernel import timefmt
 from shared.kernel.ports import NodeView
 from shared.remediation import health
 from shared.remediation.policy import RemediationPolicy
@@ -61,15 +61,15 @@ def test_nodes_with_distinct_transition_times_equal_the_client_models() -> None:
 
 
 def test_the_timestamp_caches_stay_bounded_and_right_when_they_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube, "_EPOCH_CACHE_MAX", 8)
-    monkeypatch.setattr(ports, "_TRANSITIONS_MAX", 8)
-    kube._epochs.clear()  # the hook reads this very dict (bound once, for speed): empty it, never replace it
-    ports._transitions.clear()
+    monkeypatch.setattr(decoding, "_EPOCH_CACHE_MAX", 8)
+    monkeypatch.setattr(timefmt, "_CACHE_MAX", 8)
+    decoding._epochs.clear()  # the hook reads this very dict (bound once, for speed): empty it, never replace it
+    timefmt._cache.clear()
     views, reference = _views_and_reference([_distinct_times(node_json(i), i) for i in range(12)])
     assert views == reference
     again, _ = _views_and_reference([_distinct_times(node_json(i), i) for i in range(12)])
     assert again == reference
-    assert len(kube._epochs) <= 8 and len(ports._transitions) <= 8
+    assert len(decoding._epochs) <= 8 and len(timefmt._cache) <= 8
 
 
 def test_null_reasons_messages_and_taint_values_take_the_tolerant_path_to_the_same_view() -> None:

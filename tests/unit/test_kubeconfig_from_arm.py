@@ -3,7 +3,7 @@
 ``listClusterUserCredential`` hands the steward a kubeconfig; whoever can influence that document
 (a compromised or spoofed endpoint, a proxy, a test double) must not be able to make the app send
 its AKS bearer token over plain HTTP, to an unverified server, or trust a CA file on the host.
-shared.adapters.kube.server_and_ca refuses each of those (issue 11 §4), and the simulator's own kubeconfig
+shared.adapters.kube.auth.server_and_ca refuses each of those (issue 11 §4), and the simulator's own kubeconfig
 (sim/arm.py ``_kubeconfig``) still passes.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.adapters.kube import server_and_ca
+from shared.adapters.kube.auth import server_and_ca
 from shared.kernel.errors import Invalid
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

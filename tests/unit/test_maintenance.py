@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.kernel.env import SettingError
-from shared.migration.maintenance import parse_window, window_open
+from shared.migration.maintenance import window_open
 from shared.migration.policy import MigrationPolicy
+from shared.migration.window import parse_window
 
 
 def at(text: str) -> float:

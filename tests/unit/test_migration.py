@@ -1,6 +1,6 @@
 """A migration moves every workload to a managed replacement safely, resumably, and only when allowed.
 
-Real: shared.migration.core, shared.migration.plan, shared.kernel.reconciler, shared.fleet.stack, shared.drain.core, the
+Real: shared.migration, shared.migration.plan, shared.kernel.reconciler, shared.fleet.stack, shared.drain, the
 InMemoryLedger and RecordingEvents. Faked (tests/unit/fakes_migration.py): ARM and Kubernetes, over
 one small fleet model whose clock is a ManualClock.
 """
@@ -12,19 +12,24 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.adapters.events import RecordingEvents
-from shared.adapters.ledger import InMemoryLedger
 from shared.fleet.pool_clone import MANAGED_GPU_PROFILE
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
 from shared.kernel.errors import Transient
 from shared.kernel.ports import PodView, Record, Taint
 from shared.kernel.reconciler import reconcile_once
-from shared.migration import core as migration
-from shared.migration.core import MIGRATION_ANNOTATION, NodeShape, advance, fit_problems, quantity, run_planner
-from shared.migration.plan import TERMINAL_STATES, item_from_record, migration_id
+from shared.migration import planner
+from shared.migration import steps as migration
+from shared.migration.draining import MIGRATION_ANNOTATION
+from shared.migration.fit import NodeShape, fit_problems
+from shared.migration.plan import migration_id
+from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
+from shared.migration.records import TERMINAL_STATES
+from shared.migration.steps import advance
 from shared.settings import Settings
+from tests.fakes.events import RecordingEvents
+from tests.fakes.ledger import InMemoryLedger
 from tests.unit.fakes_migration import SUB, FakeAccess, FakeFleet
 
 NOW = 1_764_684_000.0  # 2025-12-02T14:00Z, a Tuesday
@@ -114,12 +119,12 @@ def assert_safe(world: World) -> None:
 def test_the_planner_records_exactly_what_the_plan_printed_and_skips_mig_and_system_pools() -> None:
     world = World()
     ctx = world.ctx()
-    printed = migration.observe_plan(ctx)
+    printed = planner.observe_plan(ctx)
     assert world.ledger.list("migration") == []  # planning alone changes nothing
     run_planner(ctx, start=False)
     records = world.ledger.list("migration")
     assert [(i.cluster_id, i.pool, i.replacement, i.strategy, i.batch_size) for i in printed.items] == \
-        [(r["cluster_id"], r["pool"], r["replacement"], r["strategy"], r["batch_size"]) for r in map(item_from_record, records)]
+        [(r["cluster_id"], r["pool"], r["replacement"], r["strategy"], r["batch_size"]) for r in (r.data for r in records)]
     assert [i.body for i in printed.items] == [r.data["body"] for r in records]
     assert {(s.pool, s.code) for s in printed.skipped} == {("mig", "mig"), ("sysgpu", "system")}
     assert world.events.types() == ["Steward.Migration.Planned"]
@@ -409,10 +414,18 @@ def test_the_pods_gpu_requests_together_must_fit_the_replacement() -> None:
     assert problems == ["the pods request 3 GPUs; the replacement offers 2"]
 
 
-@pytest.mark.parametrize(("text", "value"), [("500m", 0.5), ("2", 2.0), ("1Gi", 2.0**30), ("1.5k", 1500.0), ("x", 0.0)],
-                         ids=["millis", "whole", "binary suffix", "decimal suffix", "garbage"])
-def test_kubernetes_quantities_parse(text: str, value: float) -> None:
-    assert quantity(text) == value
+@pytest.mark.parametrize(("candidate", "allocatable", "says"), [
+    (pod(requests={"nvidia.com/gpu": "1", "cpu": "lots"}), {"nvidia.com/gpu": "1", "cpu": "4"},
+     "pod ns/p requests cpu='lots', which is not a resource quantity"),
+    (pod(requests={"nvidia.com/gpu": "one"}), {"nvidia.com/gpu": "1"},
+     "pod ns/p requests nvidia.com/gpu='one', which is not a resource quantity"),
+    (pod(requests={"nvidia.com/gpu": "1", "memory": "1Gi"}), {"nvidia.com/gpu": "1", "memory": "16 GB"},
+     "a node's allocatable memory='16 GB' is not a quantity"),
+], ids=["a request", "a GPU request", "a node's allocatable"])
+def test_a_malformed_quantity_never_fits(candidate: PodView, allocatable: dict[str, str], says: str) -> None:
+    # Read as zero, a malformed request would "fit" any node and the migration would buy a replacement it may not run on.
+    problems = fit_problems([candidate], shapes=[NodeShape(LABELS, [GPU_TAINT], allocatable)], node_count=2)
+    assert any(says in p for p in problems), problems
 
 
 def test_an_event_that_cannot_be_published_never_stops_a_migration() -> None:
@@ -465,7 +478,7 @@ def test_an_unreadable_cluster_is_left_out_of_the_plan_without_hiding_the_others
     other = world.fleet.add_cluster("c0")
     world.fleet.add_pool(other, "gpu", t4_pool(count=1))
     world.fleet.fail_next["list_pools"] = Transient("ARM 503")
-    plan = migration.observe_plan(world.ctx())
+    plan = planner.observe_plan(world.ctx())
     assert [(i.cluster_name, i.pool) for i in plan.items] == [("c1", "gpu")]
 
 

@@ -1,7 +1,7 @@
 """What a migration drill on the simulator found: permanent errors must surface, the plan says when a
 pool loses its autoscaler, and spot pools are sized against the low-priority (Spot) vCPU quota.
 
-Real: shared.migration.core, shared.migration.plan, shared.kernel.reconciler, fleetctl's status text, the
+Real: shared.migration, shared.migration.plan, shared.kernel.reconciler, fleetctl's status text, the
 InMemoryLedger and RecordingEvents. Faked: ARM and Kubernetes (tests/unit/fakes_migration.py).
 """
 
@@ -16,9 +16,9 @@ from fleetctl import cli, records
 from shared.kernel.errors import Forbidden, Invalid, Transient
 from shared.kernel.ports import ClusterInfo, PoolInfo, Record
 from shared.kernel.reconciler import DEFAULT_MAX_PERMANENT_TRIES, ReconcileReport, advance_record, reconcile_once
-from shared.migration import core as migration
-from shared.migration.core import run_planner
+from shared.migration import steps as migration
 from shared.migration.plan import plan, render_table, to_json
+from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
 from tests.unit.fakes_migration import FakeKube, cluster_id
 from tests.unit.test_migration import World
@@ -217,12 +217,12 @@ def test_the_quota_family_of_the_t4_size_is_what_the_test_assumes() -> None:
 
 
 def test_the_replacement_of_a_spot_pool_lists_the_spot_taint_once_and_not_the_reserved_label() -> None:
-    from shared.migration.core import _body_taints
+    from shared.migration.fit import body_taints
 
     [item] = make_plan([gpu_pool("spot", **SPOT)]).items
     assert item.body["nodeTaints"].count("kubernetes.azure.com/scalesetpriority=spot:NoSchedule") == 1
     assert "kubernetes.azure.com/scalesetpriority" not in (item.body.get("nodeLabels") or {})
-    assert [t.key for t in _body_taints(item.body)].count("kubernetes.azure.com/scalesetpriority") == 1
+    assert [t.key for t in body_taints(item.body)].count("kubernetes.azure.com/scalesetpriority") == 1
     assert (item.body["scaleSetPriority"], item.body["scaleSetEvictionPolicy"]) == ("Spot", "Delete")
 
 

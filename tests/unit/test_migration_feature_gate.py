@@ -1,14 +1,14 @@
 """A migration whose replacement AKS refuses for an unregistered preview feature blocks, and its
 reason tells the subscription's owner how to register the feature (issue 10, ARM 4).
 
-The refusal arrives as the adapter's ``FeatureNotRegistered`` (shared.adapters.aks.map_arm_error, decided by
+The refusal arrives as the adapter's ``FeatureNotRegistered`` (shared.adapters.arm.map_arm_error, decided by
 the error code ``PreviewFeatureNotRegistered``); the core never reads the message text for it.
 """
 
 from __future__ import annotations
 
 from shared.kernel.errors import FeatureNotRegistered
-from shared.migration.core import run_planner
+from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
 from tests.unit.test_migration import World
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -28,9 +29,11 @@ def pool(name: str, **props: Any) -> PoolInfo:
 
 def make_plan(pools: list[PoolInfo], *, policy: MigrationPolicy | None = None, migrations: list[Record] = (),  # type: ignore[assignment]
               maintenance: list | None = None, quotas: dict | None = None, clusters: list[ClusterInfo] | None = None):
+    policy = policy or MigrationPolicy(max_concurrent=10)
+    if quotas:  # (location, family) -> free vCPUs, as MIGRATION_GPU_VCPU_HEADROOM gives them
+        policy = dataclasses.replace(policy, gpu_vcpu_headroom={f"{loc}:{fam}": v for (loc, fam), v in quotas.items()})
     return plan(clusters or [CLUSTER], {CID: pools}, migrations=list(migrations),
-                maintenance_by_cluster={CID: maintenance or []}, policy=policy or MigrationPolicy(max_concurrent=10),
-                now=NOW, quotas=quotas)
+                maintenance_by_cluster={CID: maintenance or []}, policy=policy, now=NOW)
 
 
 SKIPS = {

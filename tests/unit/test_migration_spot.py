@@ -1,7 +1,7 @@
 """Spot evictions during a migration: a node Azure takes back is left out, never waited for for ever,
 and its lost pods are not the migration's doing.
 
-Real: shared.migration.core, shared.fleet.node_fate, shared.kernel.reconciler, shared.drain.core. Faked: ARM and Kubernetes
+Real: shared.migration, shared.fleet.node_fate, shared.kernel.reconciler, shared.drain. Faked: ARM and Kubernetes
 (tests/unit/fakes_migration.py); a spot eviction is done to the fake the way the simulator's
 ``Cluster.spot_evict`` does it (Preempt taint + cordon, then the VM stops or goes).
 """
@@ -15,8 +15,9 @@ import pytest
 
 from shared.fleet.node_fate import AUTOSCALER_DELETE_TAINT, PREEMPT_TAINT, SHUTDOWN_TAINT, going_away, is_shut_down
 from shared.kernel.ports import NodeView, Taint
-from shared.migration.core import advance, run_planner
+from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
+from shared.migration.steps import advance
 from tests.unit.test_migration import GPU_TOLERATION, World
 
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"

@@ -9,7 +9,8 @@ import pytest
 from shared.fleet import gpu_sizes
 from shared.pools import nap
 from shared.pools.policy import PoolRequestPolicy
-from shared.pools.request import PoolRequest, ValidatedRequest, parse_and_validate
+from shared.pools.request import PoolRequest
+from shared.pools.validation import ValidatedRequest, parse_and_validate
 from tests.unit.fakes_pool import NAP_CLUSTER, message
 
 

@@ -11,15 +11,14 @@ from typing import Any
 
 import pytest
 
-from shared import commands
-from shared.adapters.ledger import InMemoryLedger
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import reconcile_once
-from shared.remediation import breaker
+from shared.remediation import breaker, commands
 from shared.settings import Settings
+from tests.fakes.ledger import InMemoryLedger
 from tests.unit.fakes_remediation import FakeEvents
 
 NOW = 1_764_684_000.0

@@ -15,14 +15,15 @@ import msgspec
 import pytest
 
 from shared.fleet import scope
+from shared.fleet.scope import PAUSED_TAG
 from shared.kernel.errors import Forbidden, Invalid
 from shared.kernel.reconciler import reconcile_once
-from shared.migration import core as migration
-from shared.migration.core import advance as advance_migration
-from shared.migration.core import run_planner
-from shared.migration.plan import TERMINAL_STATES as MIGRATION_TERMINAL
-from shared.pools import creation as pool_creation
-from shared.remediation.policy import PAUSED_TAG
+from shared.migration import steps as migration
+from shared.migration.planner import run_planner
+from shared.migration.records import TERMINAL_STATES as MIGRATION_TERMINAL
+from shared.migration.steps import advance as advance_migration
+from shared.pools import intake
+from shared.pools import steps as pool_steps
 from tests.unit.fakes_pool import CLUSTER, make_world, materialise, message
 from tests.unit.test_migration import World
 
@@ -100,34 +101,34 @@ def pause_pool_cluster(world: Any, *, paused: bool = True) -> None:
 
 
 def request_record(world: Any) -> Any:
-    found = world.ledger.get(pool_creation.KIND, "req-0001")
+    found = world.ledger.get(pool_steps.KIND, "req-0001")
     assert found is not None
     return found
 
 
 def reconcile(world: Any, seconds: float = 0.0) -> None:
     world.clock.advance(seconds)
-    reconcile_once(world.ctx, modules={"pool-request": pool_creation})
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})
 
 
 def test_a_new_request_for_a_paused_cluster_waits_without_creating_anything() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
     assert request_record(world).state == "accepted"
     pause_pool_cluster(world)
     for _ in range(5):
-        reconcile(world, pool_creation.PAUSED_RETRY_S)
+        reconcile(world, pool_steps.PAUSED_RETRY_S)
     waiting = request_record(world)
     assert waiting.state == "accepted" and "paused" in waiting.data["waiting"]
     assert world.aks.puts == []
     pause_pool_cluster(world, paused=False)
-    reconcile(world, pool_creation.PAUSED_RETRY_S)
+    reconcile(world, pool_steps.PAUSED_RETRY_S)
     assert request_record(world).state == "creating" and len(world.aks.puts) == 1
 
 
 def test_a_request_whose_cluster_stays_paused_past_its_create_timeout_fails_having_made_nothing() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
     pause_pool_cluster(world)
     reconcile(world)
     reconcile(world, world.policy.create_timeout_s + 1)
@@ -139,7 +140,7 @@ def test_a_request_whose_cluster_stays_paused_past_its_create_timeout_fails_havi
 
 def test_a_request_in_flight_holds_while_paused_and_the_pause_does_not_make_it_time_out() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
     reconcile(world)
     assert request_record(world).state == "creating"
     deadline = float(request_record(world).data["deadline"])
@@ -152,7 +153,7 @@ def test_a_request_in_flight_holds_while_paused_and_the_pause_does_not_make_it_t
     assert held.state == "creating" and "paused" in held.data["waiting"]
     assert world.kube(CLUSTER).jobs() == [] and len(world.aks.puts) == 1
     pause_pool_cluster(world, paused=False)
-    reconcile(world, pool_creation.PAUSED_RETRY_S)
+    reconcile(world, pool_steps.PAUSED_RETRY_S)
     resumed = request_record(world)
     assert resumed.state not in ("failed", "creating"), resumed.history[-3:]
     assert resumed.data.get("paused_since") is None
@@ -162,7 +163,7 @@ def test_a_request_in_flight_holds_while_paused_and_the_pause_does_not_make_it_t
 
 def test_a_pool_request_failing_permanently_is_ended_failed_by_the_give_up_hook() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
 
     def invalid(cluster_id: str) -> Any:
         raise Invalid("the subscription is disabled", code="SubscriptionNotRegistered")
@@ -179,22 +180,22 @@ def test_a_pool_request_failing_permanently_is_ended_failed_by_the_give_up_hook(
 
 def test_give_up_of_a_request_in_flight_says_its_pool_was_left_for_an_operator() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
     reconcile(world)
-    ended = pool_creation.give_up(request_record(world), world.ctx, reason="step 'creating' failed 5 times")
+    ended = pool_steps.give_up(request_record(world), world.ctx, reason="step 'creating' failed 5 times")
     assert ended.state == "failed" and ended.data["outcome"]["cleanup"]["action"] == "none"
     assert world.aks.deletes == []
-    assert pool_creation.give_up(ended, world.ctx, reason="again") is ended
+    assert pool_steps.give_up(ended, world.ctx, reason="again") is ended
 
 
 def test_a_step_that_cannot_read_the_pause_tag_writes_nothing() -> None:
     world = make_world()
-    pool_creation.accept(message(), dequeue_count=1, ctx=world.ctx)
+    intake.accept(message(), dequeue_count=1, ctx=world.ctx)
 
     def forbidden(cluster_id: str) -> Any:
         raise Forbidden("AuthorizationFailed: no read on the cluster")
 
     world.aks.get_cluster = forbidden  # type: ignore[method-assign]
     with pytest.raises(Forbidden):
-        pool_creation.advance(request_record(world), world.ctx)
+        pool_steps.advance(request_record(world), world.ctx)
     assert world.aks.puts == []

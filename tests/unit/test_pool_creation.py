@@ -13,10 +13,14 @@ import pytest
 from shared.kernel.errors import Conflict, Invalid, Transient
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import reconcile_once
-from shared.pools import creation as pool_creation
-from shared.pools.creation import ACTIVE_STATES, KIND, TERMINAL_STATES, accept, advance, job_name
+from shared.pools import intake, validation
+from shared.pools import steps as pool_steps
+from shared.pools.intake import accept
 from shared.pools.policy import PoolRequestPolicy
+from shared.pools.records import ACTIVE_STATES, KIND, TERMINAL_STATES
 from shared.pools.request import PoolRequest
+from shared.pools.sample_job import job_name
+from shared.pools.steps import advance
 from tests.unit.fakes_pool import (
     CLUSTER,
     NAP_CLUSTER,
@@ -30,7 +34,7 @@ from tests.unit.fakes_pool import (
 )
 
 A100 = "Standard_NC24ads_A100_v4"
-MODULES = {"pool-request": pool_creation}
+MODULES = {"pool-request": pool_steps}
 
 
 def record(world: World, id_: str = "req-0001") -> Record:
@@ -49,7 +53,7 @@ def reconcile(world: World, *, seconds: float = 0.0) -> None:
     reconcile_once(world.ctx, modules=MODULES)
 
 
-def submit(world: World, **overrides: Any) -> pool_creation.AcceptOutcome:
+def submit(world: World, **overrides: Any) -> intake.AcceptOutcome:
     return accept(message(**overrides), dequeue_count=1, ctx=world.ctx)
 
 
@@ -176,7 +180,7 @@ def test_accepted_is_published_before_the_record_exists_so_no_progress_event_can
 
 def test_a_record_written_unannounced_by_an_older_version_is_announced_on_redelivery() -> None:
     world = make_world()
-    legacy = pool_creation._new_record(pool_creation.parse_and_validate(  # what the old code left behind
+    legacy = intake.new_record(validation.parse_and_validate(  # what the old code left behind
         message(), policy=world.policy, in_scope=lambda _c: True), now=0.0, dequeue_count=1)
     world.ledger.create(legacy)
     assert submit(world).status == "duplicate"
@@ -212,7 +216,7 @@ def test_each_install_profile_goes_from_accepted_to_succeeded(overrides: dict[st
     [put] = world.aks.puts
     assert put.body["properties"]["gpuProfile"] == gpu_profile and put.preview is preview
     assert [h["state"] for h in final.history] == ["accepted", "creating", "validating", "succeeded"]
-    assert final.data["outcome"]["state"] == "succeeded" and final.data["outcome"]["sampleJob"] == "not requested"
+    assert final.data["outcome"]["state"] == "succeeded" and final.data["outcome"]["sample_job"] == "not requested"
     assert world.events.types() == ["Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"]
     created = world.events.published[-1]
     assert created.id_ == "pool-request/req-0001/Created" and created.data["outcome"]["nodes"] == put.body["properties"]["count"]
@@ -227,7 +231,7 @@ def test_the_pool_is_followed_without_holding_an_invocation_while_azure_works() 
     assert waiting.state == "creating" and waiting.next_at == world.clock.now() + world.policy.poll_interval_s
     reconcile(world, seconds=world.policy.poll_interval_s)
     again = record(world)
-    assert again.state == "creating" and again.data["provisioningState"] == "Creating"
+    assert again.state == "creating" and again.data["provisioning_state"] == "Creating"
     assert len(world.aks.puts) == 1
 
 
@@ -410,7 +414,7 @@ def test_a_sample_job_that_completes_proves_the_pool_and_is_cleaned_up() -> None
                                 "conditions": [{"type": "Complete", "status": "True"}]})
     reconcile(world, seconds=15)
     final = record(world)
-    assert final.state == "succeeded" and final.data["outcome"]["sampleJob"] == "succeeded"
+    assert final.state == "succeeded" and final.data["outcome"]["sample_job"] == "succeeded"
     assert world.kube().jobs() == []
 
 

@@ -21,12 +21,13 @@ from shared.kernel.env import SettingError
 from shared.kernel.errors import FeatureNotRegistered, OperationInProgress
 from shared.kernel.ports import OwnerRef, PodView, Record
 from shared.kernel.reconciler import reconcile_once
-from shared.pools import creation as pool_creation
-from shared.pools.creation import KIND, accept
+from shared.pools import steps as pool_steps
+from shared.pools.intake import accept
 from shared.pools.policy import PoolRequestPolicy
+from shared.pools.records import KIND
 from tests.unit.fakes_pool import CLUSTER, World, make_world, materialise, message
 
-MODULES = {"pool-request": pool_creation}
+MODULES = {"pool-request": pool_steps}
 FEATURE = "Microsoft.ContainerService/ManagedGPUExperiencePreview"
 
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from shared.fleet import gpu_sizes
 from shared.kernel.env import SettingError
 from shared.pools.policy import PoolRequestPolicy
-from shared.pools.request import PoolRequest, Rejection, ValidatedRequest, parse_and_validate
+from shared.pools.request import PoolRequest
+from shared.pools.validation import Rejection, ValidatedRequest, parse_and_validate
 from tests.unit.fakes_pool import CLUSTER, OTHER_SUB, cluster_id, message, request
 
 POLICY = PoolRequestPolicy()
@@ -202,7 +203,7 @@ def test_the_scope_is_not_consulted_for_a_malformed_cluster_id() -> None:
 def test_a_size_outside_the_fleet_allow_list_is_refused() -> None:
     policy = PoolRequestPolicy(allowed_sizes=("Standard_NC24ads_A100_v4",))
     rejection = rejected(message(), policy)
-    assert rejection.mentions("vmSize") and "not among the sizes this fleet allows" in rejection.message
+    assert any(p.field == "vmSize" and "not among the sizes this fleet allows" in p.problem for p in rejection.problems)
 
 
 def test_the_payload_limit_comes_from_the_policy() -> None:

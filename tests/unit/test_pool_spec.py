@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.pools.policy import PoolRequestPolicy
-from shared.pools.request import PoolRequest, ValidatedRequest, parse_and_validate
+from shared.pools.request import PoolRequest
 from shared.pools.spec import (
     SPOT_TAINT,
     TAG_MANAGED_GPU,
@@ -18,6 +18,7 @@ from shared.pools.spec import (
     pool_taints,
     spec_differences,
 )
+from shared.pools.validation import ValidatedRequest, parse_and_validate
 from tests.unit.fakes_pool import message
 
 A100 = "Standard_NC24ads_A100_v4"

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from shared.fleet.pool_clone import NOT_WRITTEN_BACK, frozen_old_pool, update_properties
-from shared.kernel.ports import PoolInfo
-from shared.pools.spec import needs_preview
-from shared.remediation.core import _pool_body
+from shared.kernel.ports import PoolInfo, needs_preview
+from shared.remediation.replace import pool_body as _pool_body
 
 CID = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
 

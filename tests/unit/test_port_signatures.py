@@ -1,11 +1,12 @@
-"""The adapters, and the write gate wrapped around them, accept every argument their ports declare.
+"""The adapters, the write gate wrapped around them, and the in-memory fakes accept every argument their ports declare.
 
 A port method that gains a keyword (``uid=`` on ``delete_object``) must gain it in the real adapter
 and in the gate's wrapper too: the unit fakes would accept it and the first real call would be a
 TypeError at 3 a.m. Checked with ``inspect.signature``: every parameter of the port is accepted by
 the implementation (same name and position, or a ``**kwargs`` that forwards it), and the
 implementation requires nothing more. A method the gate does not wrap must be one it passes through
-as a read.
+as a read. The fakes of tests/fakes are held to the same ports, so a test that passes against a fake
+cannot be calling it in a way the real adapter refuses.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import pytest
 
 from shared.adapters.aks import AksClient
 from shared.adapters.compute import ComputeClient
-from shared.adapters.kube import KubeClient
+from shared.adapters.events import EventPublisher
+from shared.adapters.kube.client import KubeClient
+from shared.adapters.ledger import TableLedger
+from shared.adapters.nudge_queue import QueueNudger
 from shared.fleet import gate
-from shared.kernel.ports import AksPort, ComputePort, KubePort
+from shared.kernel.ports import AksPort, ComputePort, EventsPort, KubePort, LedgerPort, NudgePort
+from tests.fakes.events import RecordingEvents
+from tests.fakes.ledger import InMemoryLedger
+from tests.fakes.nudge import RecordingNudger
 
 PAIRS = [(KubePort, KubeClient), (KubePort, gate.GatedKube), (AksPort, AksClient), (AksPort, gate.GatedAks),
-         (ComputePort, ComputeClient), (ComputePort, gate.GatedCompute)]
+         (ComputePort, ComputeClient), (ComputePort, gate.GatedCompute),
+         (LedgerPort, TableLedger), (LedgerPort, InMemoryLedger), (EventsPort, EventPublisher),
+         (EventsPort, RecordingEvents), (NudgePort, QueueNudger), (NudgePort, RecordingNudger)]
 P = inspect.Parameter
 
 

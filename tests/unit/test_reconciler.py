@@ -8,12 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.adapters.ledger import InMemoryLedger
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
 from shared.kernel.errors import Invalid, Throttled
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import HOLD_BUDGET_S, HOLD_S, LEASE_S, claim, reconcile_once
+from tests.fakes.ledger import InMemoryLedger
 
 
 def make_ctx(ledger: InMemoryLedger, clock: ManualClock, instance: str = "host-a") -> Context:

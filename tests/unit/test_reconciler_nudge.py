@@ -6,13 +6,14 @@ import types
 
 import pytest
 
-from shared.adapters.ledger import InMemoryLedger
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
 from shared.kernel.errors import Transient
-from shared.kernel.nudge import MAX_NUDGES_PER_INVOCATION, MAX_VISIBILITY_S, RecordingNudger, wake_time, wall_delay_s
+from shared.kernel.nudge import MAX_NUDGES_PER_INVOCATION, MAX_VISIBILITY_S, wake_time, wall_delay_s
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import HOLD_BUDGET_S, MIN_NUDGE_DELAY_S, reconcile_once
+from tests.fakes.ledger import InMemoryLedger
+from tests.fakes.nudge import RecordingNudger
 
 
 def make_ctx(ledger: InMemoryLedger, clock: ManualClock, nudger: RecordingNudger | None) -> Context:
@@ -183,7 +184,7 @@ def test_wake_up_times_fall_on_a_grid_no_coarser_than_a_fifth_of_the_wait(wait: 
 ])
 def test_the_process_context_sends_delayed_nudges_unless_the_setting_turns_them_off(value: str | None, wired: bool) -> None:
     from shared import wiring
-    from shared.kernel.nudge import QueueNudger
+    from shared.adapters.nudge_queue import QueueNudger
     from shared.settings import load
 
     env = {"FLEET_SUBSCRIPTIONS": "8f2d4c1e-5a3b-4c7d-9e0f-000000000001", "AzureWebJobsStorage": "UseDevelopmentStorage=true",

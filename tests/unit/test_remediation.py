@@ -12,9 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.remediation import core as remediation
-from shared.remediation import health
+from shared.remediation import admission, health, vm_actions
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.remediation.records import Event, RungPhase, State
 from tests.unit.fakes_remediation import (
     CLUSTER,
     T0,
@@ -41,11 +43,11 @@ def records(fleet: Fleet) -> list[msgspec.Struct]:
 
 
 LADDERS = [
-    ("restart heals", {"restart": "heals"}, remediation.RESTARTED_EV),
-    ("restart fails, reimage heals", {"restart": "fails", "reimage": "heals"}, remediation.REIMAGED_EV),
-    ("restart is refused by Azure, reimage heals", {"restart": "refused", "reimage": "heals"}, remediation.REIMAGED_EV),
+    ("restart heals", {"restart": "heals"}, Event.RESTARTED),
+    ("restart fails, reimage heals", {"restart": "fails", "reimage": "heals"}, Event.REIMAGED),
+    ("restart is refused by Azure, reimage heals", {"restart": "refused", "reimage": "heals"}, Event.REIMAGED),
     ("restart and reimage fail, replace brings a healthy node", {"restart": "fails", "reimage": "fails"},
-     remediation.REPLACED_EV),
+     Event.REPLACED),
 ]
 
 
@@ -56,13 +58,13 @@ def test_each_condition_is_repaired_by_the_first_rung_that_works(condition: str,
     fleet = one_broken(condition=condition)
     fleet.compute.outcomes.update(outcomes)
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet, condition=condition)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     types = fleet.events.types()
-    assert EV + repaired_by in types and EV + remediation.RECOVERED_EV in types
+    assert EV + repaired_by in types and EV + Event.RECOVERED in types
     assert [t for t in types if t.endswith(("Restarted", "Reimaged", "Replaced"))] == [EV + repaired_by]
-    assert fleet.kube.list_pods(node_name="aks-gpu-1") == [] or repaired_by != remediation.REPLACED_EV
+    assert fleet.kube.list_pods(node_name="aks-gpu-1") == [] or repaired_by != Event.REPLACED
     assert not [p for p in fleet.kube.pods.values() if p.name == "web-1"], "the workload pod was evicted"
-    if repaired_by == remediation.REPLACED_EV:
+    if repaired_by == Event.REPLACED:
         assert "aks-gpu-1" not in fleet.kube.nodes
         assert fleet.aks.counts["gpu"] == 5, "the pool is back to its count"
         assert ("put_pool", "gpu", 6) in fleet.aks.writes, "surge first"
@@ -77,10 +79,10 @@ def test_every_rung_failing_ends_cordoned_with_gave_up() -> None:
     fleet = one_broken()
     fleet.aks.new_nodes_broken = True
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     node = fleet.kube.nodes["aks-gpu-1"]
     assert node.unschedulable and node.labels[health.CORDONED_BY_LABEL]
-    assert EV + remediation.GAVE_UP_EV in fleet.events.types()
+    assert EV + Event.GAVE_UP in fleet.events.types()
     assert any(e["reason"] == "StewardGaveUp" and e["type"] == "Warning" for e in fleet.kube.events)
 
 
@@ -88,7 +90,7 @@ def test_a_surge_without_quota_falls_back_to_delete_then_scale_and_says_so() -> 
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
     fleet.aks.quota = 0
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w for w in fleet.aks.writes if w[0] == "delete_machines"] == [("delete_machines", "gpu", ("aks-gpu-1",))]
     assert ("put_pool", "gpu", 5) in fleet.aks.writes and fleet.aks.counts["gpu"] == 5
     assert any(e["reason"] == "StewardSurgeFallback" for e in fleet.kube.events)
@@ -100,7 +102,7 @@ def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordon
     fleet.compute.outcomes["restart"] = "heals"
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     fleet.kube.patch_node("aks-gpu-1", {"spec": {"unschedulable": True}})  # an operator, just after admission
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable
     assert not [p for p in fleet.kube.pods.values() if p.name == "web-1"]
 
@@ -136,8 +138,8 @@ def test_duplicated_late_and_out_of_order_events_cause_exactly_one_remediation()
     assert [a.split(":")[0] for a in answers[1:]] == ["duplicate", "ignored", "duplicate"]
     run_until_settled(fleet)
     assert fleet.handle(event).startswith(("duplicate", "ignored"))  # redelivered after the repair
-    assert [r.state for r in records(fleet)] == [remediation.DONE]
-    assert fleet.events.types().count(EV + remediation.ADMITTED_EV) == 1
+    assert [r.state for r in records(fleet)] == [State.DONE]
+    assert fleet.events.types().count(EV + Event.ADMITTED) == 1
 
 
 def test_admitted_is_published_before_the_record_exists_so_no_step_event_can_precede_it() -> None:
@@ -147,7 +149,7 @@ def test_admitted_is_published_before_the_record_exists_so_no_step_event_can_pre
     publish = fleet.events.publish
 
     def spying(**kwargs: Any) -> None:
-        if kwargs["type_"] == EV + remediation.ADMITTED_EV:
+        if kwargs["type_"] == EV + Event.ADMITTED:
             records_at_admitted.append(len(records(fleet)))
         publish(**kwargs)
 
@@ -155,7 +157,7 @@ def test_admitted_is_published_before_the_record_exists_so_no_step_event_can_pre
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     assert records_at_admitted == [0] and len(records(fleet)) == 1
     run_until_settled(fleet)
-    assert fleet.events.types()[0] == EV + remediation.ADMITTED_EV
+    assert fleet.events.types()[0] == EV + Event.ADMITTED
 
 
 def test_two_hosts_over_one_ledger_cause_exactly_one_remediation() -> None:
@@ -163,18 +165,18 @@ def test_two_hosts_over_one_ledger_cause_exactly_one_remediation() -> None:
     fleet.compute.outcomes["restart"] = "heals"
     a, b = fleet.ctx("host-a"), fleet.ctx("host-b")
     event = unhealthy_event("aks-gpu-1", fleet=fleet)
-    results: list[str] = []
-    threads = [threading.Thread(target=lambda c=c: results.append(remediation.handle_event(event, c)))
+    results: list[admission.Handled] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(admission.handle_event(event, c)))
                for c in (a, b, a, b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sum(r.startswith("admitted") for r in results) == 1, results
+    assert [r.outcome for r in results].count(admission.Handling.ADMITTED) == 1, results
     for _ in range(30):
         run_until_settled(fleet, a, max_rounds=1)
         run_until_settled(fleet, b, max_rounds=1)
-    assert [r.state for r in records(fleet)] == [remediation.DONE]
+    assert [r.state for r in records(fleet)] == [State.DONE]
     assert [w for w in fleet.compute.writes if w[0] == "restart"].__len__() == 1
 
 
@@ -188,7 +190,7 @@ def test_ten_of_twenty_unhealthy_never_exceed_the_pool_budget() -> None:
         for name in names[:10]:
             node = fleet.kube.nodes[name]
             if node.condition(DEVICE_PLUGIN).status == "True":
-                remediation.handle_event(unhealthy_event(name, fleet=fleet), hosts[round_ % 2])
+                admission.handle_event(unhealthy_event(name, fleet=fleet), hosts[round_ % 2])
         run_until_settled(fleet, hosts[round_ % 2], max_rounds=1)
         down = [n for n in fleet.kube.nodes.values() if n.unschedulable or not n.ready]
         worst = max(worst, len(down))
@@ -220,19 +222,19 @@ def test_a_drain_blocked_by_a_pdb_waits_and_retries_until_the_pdb_allows() -> No
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     run_until_settled(fleet, max_rounds=20)
     rec = records(fleet)[0]
-    assert rec.state == remediation.DRAINING
+    assert rec.state == State.DRAINING
     assert "PodDisruptionBudget" in str(rec.data["drain"]["messages"])
     evictions = [w for w in fleet.kube.writes if w[0] == "evict"]
     assert len(evictions) >= 3 and fleet.compute.writes == []
     fleet.kube.pdb_blocked.clear()
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
 
 
 def test_a_drain_past_its_deadline_holds_the_node_cordoned_by_default() -> None:
     fleet = one_broken(RemediationPolicy(drain_timeout_s=600))
     fleet.kube.pdb_blocked.add("default/web-1")
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable and fleet.compute.writes == []
 
 
@@ -240,7 +242,7 @@ def test_a_drain_past_its_deadline_with_release_uncordons_and_ends_released() ->
     fleet = one_broken(RemediationPolicy(drain_timeout_s=600, drain_fallback="release"))
     fleet.kube.pdb_blocked.add("default/web-1")
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.RELEASED]
+    assert run_until_settled(fleet) == [State.RELEASED]
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
     assert any(p.name == "web-1" for p in fleet.kube.pods.values()), "never force-deleted"
 
@@ -262,8 +264,8 @@ def _drive(fleet: Fleet, *, crash: bool) -> list[str]:
         if rec.next_at > fleet.clock.now():
             fleet.clock.advance(rec.next_at - fleet.clock.now())
         if crash:
-            remediation.advance(rec, ctx)  # the host dies after the step's effects, before the save
-        fleet.ledger.save(remediation.advance(rec, ctx))
+            remediation_steps.advance(rec, ctx)  # the host dies after the step's effects, before the save
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
     return [r.state for r in records(fleet)]
 
 
@@ -287,9 +289,9 @@ def test_a_crash_after_any_step_resumes_to_the_same_end_state(outcomes: dict[str
 def test_dry_run_records_every_decision_and_changes_nothing() -> None:
     fleet = one_broken(RemediationPolicy(dry_run=True))
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert fleet.cluster_writes() == []
-    dry = [e for e in fleet.events.published if e["type"] == EV + remediation.DRY_RUN_EV]
+    dry = [e for e in fleet.events.published if e["type"] == EV + Event.DRY_RUN]
     assert [e["data"]["note"].split(":")[1].split()[1] for e in dry] == ["cordon", "evict", "restart"]
     assert records(fleet)[0].data["dry_run"] is True
 
@@ -304,11 +306,12 @@ def test_a_pause_refuses_remediation_with_the_reason(how: str) -> None:
         node = fleet.kube.nodes["aks-gpu-1"]
         fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(node, labels={**node.labels,
                                                                               "gpu-fleet-steward/opt-out": "true"})
-    answer = remediation.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
-    assert answer.startswith("refused (paused)")
-    assert remediation.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx).startswith("refused (paused, already")
+    answer = admission.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
+    assert answer.outcome is admission.Handling.REFUSED and answer.detail.startswith("refused (paused)")
+    again = admission.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
+    assert again.outcome is admission.Handling.REFUSED and again.detail.startswith("refused (paused, already")
     assert records(fleet) == [] and fleet.cluster_writes() == []
-    assert fleet.events.types() == [EV + remediation.REFUSED_EV]
+    assert fleet.events.types() == [EV + Event.REFUSED]
 
 
 def test_a_node_repaired_recently_is_refused_for_cooldown_and_cordoned_for_an_operator_after_three_attempts() -> None:
@@ -328,11 +331,11 @@ def test_a_node_repaired_recently_is_refused_for_cooldown_and_cordoned_for_an_op
     fleet.clock.advance(301)
     restarts = len(fleet.compute.writes)
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.DONE] * 3 + [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.DONE] * 3 + [State.GAVE_UP]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable, "at the cap the node is cordoned and left to an operator"
     assert len(fleet.compute.writes) == restarts, "no fourth repair"
     assert "an operator must look" in fleet.events.published[-1]["data"]["note"]
-    assert fleet.events.published[-1]["type"] == EV + remediation.GAVE_UP_EV
+    assert fleet.events.published[-1]["type"] == EV + Event.GAVE_UP
 
 
 @pytest.mark.parametrize(("change", "expected"), [
@@ -355,7 +358,7 @@ def test_the_node_lease_held_by_another_actor_makes_the_remediation_wait() -> No
     fleet.kube.leases["gpu-fleet-steward-aks-gpu-1"] = ("aks-auto-repair", fleet.clock.now() + 10_000)
     run_until_settled(fleet, max_rounds=5)
     rec = records(fleet)[0]
-    assert rec.state == remediation.ADMITTED and "lease" in rec.data["last_note"]
+    assert rec.state == State.ADMITTED and "lease" in rec.data["last_note"]
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
 
 
@@ -363,9 +366,9 @@ def test_an_autoscaled_pool_is_replaced_by_delete_only_and_the_autoscaler_owns_i
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
     fleet.aks.autoscaled = True
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.aks.writes] == ["delete_machines"], "no count PUT on an autoscaled pool"
-    assert EV + remediation.REPLACED_EV in fleet.events.types()
+    assert EV + Event.REPLACED in fleet.events.types()
 
 
 def test_events_observed_before_a_breaker_reset_are_refused_as_stale() -> None:
@@ -401,7 +404,7 @@ def test_metrics_cover_detection_drain_repair_and_in_flight() -> None:
     ctx.telemetry = telemetry
     sweep.sweep(ctx)
     [event] = fleet.events.delivered(remediation.UNHEALTHY_EVENT)
-    remediation.handle_event(event, ctx)
+    admission.handle_event(event, ctx)
     run_until_settled(fleet, ctx)
     seen = telemetry.snapshot()
     for name in ("time_to_detect_s", "drain_time_s", "time_to_repair_s", "remediations_in_flight", "breaker_open",
@@ -440,14 +443,14 @@ def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: p
     def put(cluster_id: str, pool: str, body: dict, *, preview: bool = False, etag: str | None = None) -> None:
         if busy["left"]:
             busy["left"] -= 1
-            # what shared.adapters.aks.map_arm_error makes of AKS's 409 OperationNotAllowed
+            # what shared.adapters.arm.map_arm_error makes of AKS's 409 OperationNotAllowed
             raise OperationInProgress("Operation is not allowed: Another operation (Upgrading) is in progress "
                                       "on agent pool 'gpu'")
         real_put(cluster_id, pool, body, preview=preview, etag=etag)
 
     monkeypatch.setattr(fleet.aks, "begin_put_pool", put)
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert busy["left"] == 0 and ("put_pool", "gpu", 6) in fleet.aks.writes
     assert records(fleet)[0].data["replace"]["mode"] == "surge"
 
@@ -463,13 +466,13 @@ def test_a_cluster_without_the_lease_namespace_still_remediates(monkeypatch: pyt
 
     monkeypatch.setattr(fleet.kube, "acquire_lease", no_namespace)
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
 
 
 def test_a_node_left_cordoned_by_an_earlier_attempt_is_adopted_and_uncordoned_once_repaired() -> None:
     fleet = one_broken(RemediationPolicy(ladder=("restart",)))
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable
     fleet.clock.advance(3600)
     fleet.kube.heal("aks-gpu-1", policy=fleet.policy)
@@ -478,7 +481,7 @@ def test_a_node_left_cordoned_by_an_earlier_attempt_is_adopted_and_uncordoned_on
     fleet.clock.advance(301)
     fleet.compute.outcomes["restart"] = "heals"
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.GAVE_UP, remediation.DONE]
+    assert run_until_settled(fleet) == [State.GAVE_UP, State.DONE]
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
     assert "adopted" in str(records(fleet)[1].history)
 
@@ -498,8 +501,8 @@ def test_a_reimage_that_re_registers_the_node_object_counts_as_the_same_node_rep
 
     fleet.compute.begin_reimage = reimage  # type: ignore[method-assign]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
-    assert EV + remediation.REIMAGED_EV in fleet.events.types()
+    assert run_until_settled(fleet) == [State.DONE]
+    assert EV + Event.REIMAGED in fleet.events.types()
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
 
 
@@ -515,11 +518,11 @@ def _step_until_rung_starts(fleet: Fleet, rung: str) -> msgspec.Struct:
     ctx = fleet.ctx()
     for _ in range(100):
         [rec] = records(fleet)
-        if rec.state == remediation.REPAIRING and remediation._rung(rec) == rung and rec.data["rung_phase"] == "start":
+        if rec.state == State.REPAIRING and remediation.load(rec).rung == rung and rec.data["rung_phase"] == "start":
             return rec
         if rec.next_at > fleet.clock.now():
             fleet.clock.advance(rec.next_at - fleet.clock.now())
-        fleet.ledger.save(remediation.advance(rec, ctx))
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
     raise AssertionError(f"never reached the {rung} rung: {records(fleet)}")
 
 
@@ -529,13 +532,13 @@ def test_a_crash_inside_the_restart_call_does_not_restart_twice(rung: str) -> No
     fleet.compute.outcomes[rung] = "heals"
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     before = _step_until_rung_starts(fleet, rung)
-    remediation.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
+    remediation_steps.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
     assert [w[0] for w in fleet.compute.writes] == [rung]
     fleet.clock.advance(130)  # the reconciler's claim expires; host-b resumes from the saved copy
-    resumed = remediation.advance(before, fleet.ctx("host-b"))
+    resumed = remediation_steps.advance(before, fleet.ctx("host-b"))
     assert resumed.data["rung_phase"] == "wait" and "not repeated" in resumed.data["last_note"]
     fleet.ledger.save(resumed)
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.compute.writes] == [rung], "the VM was restarted exactly once"
     assert remediation.RUNG_EVENTS[rung] in {t.removeprefix(EV) for t in fleet.events.types()}
 
@@ -554,20 +557,20 @@ def test_a_restart_that_was_saved_as_requested_but_never_issued_is_issued_once_o
 
     monkeypatch.setattr(fleet.compute, "begin_restart", killed_before_the_call)
     with pytest.raises(HostDied):
-        remediation.advance(before, fleet.ctx("host-a"))  # the marker is saved, the call never left
+        remediation_steps.advance(before, fleet.ctx("host-a"))  # the marker is saved, the call never left
     monkeypatch.setattr(fleet.compute, "begin_restart", real_restart)
     assert fleet.compute.writes == []
 
     # Resumed at once: the request might still be on its way, so nothing is issued within the grace.
-    waiting = fleet.ledger.save(remediation.advance(before, fleet.ctx("host-b")))
-    assert waiting.data["rung_phase"] == remediation.REQUESTED and fleet.compute.writes == []
+    waiting = fleet.ledger.save(remediation_steps.advance(before, fleet.ctx("host-b")))
+    assert waiting.data["rung_phase"] == RungPhase.REQUESTED and fleet.compute.writes == []
     assert waiting.next_at <= fleet.clock.now() + policy.poll_s
 
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.compute.writes] == ["restart"], "issued exactly once, after the grace"
     [done] = records(fleet)
     issued_at = next(h["at"] for h in done.history if "issued again" in h["note"])
-    assert issued_at >= waiting.data["requested_at"] + remediation._reissue_grace(policy)
+    assert issued_at >= waiting.data["requested_at"] + vm_actions.reissue_grace(policy)
 
 
 def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -584,7 +587,7 @@ def test_a_restart_call_lost_in_transit_is_judged_by_the_node_not_repeated(monke
 
     monkeypatch.setattr(fleet.compute, "begin_restart", reached_azure_but_the_answer_was_lost)
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.compute.writes] == ["restart"]
     assert "failed in transit" in str(records(fleet)[0].history)
 
@@ -607,7 +610,8 @@ def test_only_a_node_ready_and_on_the_same_boot_since_before_the_request_proves_
     node = None
     if ready is not None:
         node = with_condition(make_node("n", uid=uid, boot_id=boot), "Ready", ready[0], ready[1])
-    assert remediation._vm_action_seen(node, {"node_uid": "uid-n"}, since=_REQUESTED_AT, boot_before="b1")[0] is seen
+    assert vm_actions.vm_action_seen(node, remediation.RemediationData(cluster="c", node="n", node_uid="uid-n"),
+                                     since=_REQUESTED_AT, boot_before="b1")[0] is seen
 
 
 def test_a_reboot_too_fast_for_ready_to_notice_is_recognised_by_its_boot_id_and_never_repeated() -> None:
@@ -615,14 +619,14 @@ def test_a_reboot_too_fast_for_ready_to_notice_is_recognised_by_its_boot_id_and_
     fleet.compute.outcomes["restart"] = "heals-in-a-blink"
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     before = _step_until_rung_starts(fleet, "restart")
-    remediation.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
+    remediation_steps.advance(before, fleet.ctx("host-a"))  # the VM restarts; host-a dies before saving
     ready = fleet.kube.nodes["aks-gpu-1"].condition("Ready")
     assert ready is not None and ready.status == "True" and (ready.last_transition or 0) < before.updated_at
-    fleet.clock.advance(130 + remediation._reissue_grace(fleet.policy))  # long past the re-issue grace
-    resumed = remediation.advance(before, fleet.ctx("host-b"))
+    fleet.clock.advance(130 + vm_actions.reissue_grace(fleet.policy))  # long past the re-issue grace
+    resumed = remediation_steps.advance(before, fleet.ctx("host-b"))
     assert "new bootID" in resumed.data["last_note"] and "not repeated" in resumed.data["last_note"]
     fleet.ledger.save(resumed)
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.compute.writes] == ["restart"], "the VM was restarted exactly once"
 
 
@@ -630,11 +634,11 @@ def _step_until_phase(fleet: Fleet, phase: str) -> msgspec.Struct:
     ctx = fleet.ctx()
     for _ in range(100):
         [rec] = records(fleet)
-        if rec.state == remediation.REPAIRING and rec.data.get("rung_phase") == phase:
+        if rec.state == State.REPAIRING and rec.data.get("rung_phase") == phase:
             return rec
         if rec.next_at > fleet.clock.now():
             fleet.clock.advance(rec.next_at - fleet.clock.now())
-        fleet.ledger.save(remediation.advance(rec, ctx))
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
     raise AssertionError(f"never reached the {phase} phase: {records(fleet)}")
 
 
@@ -653,12 +657,12 @@ def test_a_crash_inside_delete_machines_does_not_send_it_twice_while_the_node_li
 
     monkeypatch.setattr(fleet.aks, "begin_delete_machines", accepted_and_running)
     with pytest.raises(HostDied):
-        remediation.advance(before, fleet.ctx("host-a"))
+        remediation_steps.advance(before, fleet.ctx("host-a"))
     fleet.clock.advance(policy.poll_s)
-    waiting = fleet.ledger.save(remediation.advance(before, fleet.ctx("host-b")))
+    waiting = fleet.ledger.save(remediation_steps.advance(before, fleet.ctx("host-b")))
     assert waiting.data["rung_phase"] == "delete" and sent == [("aks-gpu-1",)]
     real_delete(CLUSTER, "gpu", ["aks-gpu-1"])  # the operation finishes: machine and node gone
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert sent == [("aks-gpu-1",)] and not [w for w in fleet.aks.writes if w[0] == "delete_machines"][1:]
 
 
@@ -675,16 +679,16 @@ def test_a_delete_machines_saved_as_requested_but_never_sent_is_sent_once_after_
 
     monkeypatch.setattr(fleet.aks, "begin_delete_machines", killed_before_the_call)
     with pytest.raises(HostDied):
-        remediation.advance(before, fleet.ctx("host-a"))
+        remediation_steps.advance(before, fleet.ctx("host-a"))
     monkeypatch.setattr(fleet.aks, "begin_delete_machines", real_delete)
     requested_at = fleet.clock.now()
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     deletes = [w for w in fleet.aks.writes if w[0] == "delete_machines"]
     assert deletes == [("delete_machines", "gpu", ("aks-gpu-1",))]
     [done] = records(fleet)
     assert "never took effect" in str(done.history) and "aks-gpu-1" not in fleet.kube.nodes
     resent_at = next(h["at"] for h in done.history if "never took effect" in h["note"])
-    assert resent_at >= requested_at + remediation._reissue_grace(policy)
+    assert resent_at >= requested_at + vm_actions.reissue_grace(policy)
 
 
 def _two_broken_in_one_pool(*, quota: int) -> Fleet:
@@ -709,8 +713,8 @@ def _drive_earliest(fleet: Fleet, *, crash: bool) -> None:
         if rec.next_at > fleet.clock.now():
             fleet.clock.advance(rec.next_at - fleet.clock.now())
         if crash:
-            remediation.advance(rec, ctx)  # the host dies after the step's effects, before the save
-        fleet.ledger.save(remediation.advance(rec, ctx))
+            remediation_steps.advance(rec, ctx)  # the host dies after the step's effects, before the save
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
     raise AssertionError("the remediations did not settle")
 
 
@@ -721,7 +725,7 @@ def test_two_replaces_in_one_pool_run_one_after_the_other(crash: bool) -> None:
     fleet = _two_broken_in_one_pool(quota=0)
     _drive_earliest(fleet, crash=crash)
     recs = records(fleet)
-    assert [r.state for r in recs] == [remediation.DONE, remediation.DONE]
+    assert [r.state for r in recs] == [State.DONE, State.DONE]
     first, second = sorted(recs, key=lambda r: r.data["rung_started_at"])
     assert second.data["rung_started_at"] >= first.data["finished_at"], "the second replace waited for the first"
     assert any("one replace per pool at a time" in h.get("note", "") for h in second.history)
@@ -737,17 +741,17 @@ def test_a_replacement_node_is_never_claimed_by_two_remediations() -> None:
     ctx = fleet.ctx()
     started = fleet.clock.now()
     for rec in records(fleet):  # both waiting for "a node of the pool created after the rung started"
-        fleet.ledger.save(msgspec.structs.replace(rec, state=remediation.REPAIRING, data={
+        fleet.ledger.save(msgspec.structs.replace(rec, state=State.REPAIRING, data={
             **rec.data, "rung_index": 0, "rung_phase": "await_replacement", "rung_started_at": started,
             "replace": {"original_count": 5, "target_count": 6, "mode": "delete-first", "autoscaled": False}}))
     fleet.clock.advance(30)
     fleet.kube.add(make_node("aks-gpu-new1", created=fleet.clock.now()))
     a, b = records(fleet)
-    remediation.advance(a, ctx)  # a step whose save is lost: its claim stays with a
-    took = fleet.ledger.save(remediation.advance(a, ctx))
-    waits = fleet.ledger.save(remediation.advance(b, ctx))
-    assert took.state == remediation.VERIFYING and took.data["target"] == "aks-gpu-new1"
-    assert waits.state == remediation.REPAIRING and waits.data["rung_phase"] == "await_replacement"
+    remediation_steps.advance(a, ctx)  # a step whose save is lost: its claim stays with a
+    took = fleet.ledger.save(remediation_steps.advance(a, ctx))
+    waits = fleet.ledger.save(remediation_steps.advance(b, ctx))
+    assert took.state == State.VERIFYING and took.data["target"] == "aks-gpu-new1"
+    assert waits.state == State.REPAIRING and waits.data["rung_phase"] == "await_replacement"
     assert "target" not in waits.data
     fleet.kube.add(make_node("aks-gpu-new2", created=fleet.clock.now()))
-    assert remediation.advance(waits, ctx).data["target"] == "aks-gpu-new2"
+    assert remediation_steps.advance(waits, ctx).data["target"] == "aks-gpu-new2"

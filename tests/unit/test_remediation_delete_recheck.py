@@ -14,8 +14,10 @@ import msgspec
 import pytest
 
 from shared.kernel.ports import Record
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import State
 from tests.unit.fakes_remediation import SUB, Fleet, make_pod, unhealthy_event, vm_id
 
 
@@ -27,7 +29,7 @@ def _at_delete(*, surge: bool = True) -> tuple[Fleet, Record]:
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     for _ in range(200):
         rec = fleet.ledger.list(remediation.KIND)[0]
-        if rec.state == remediation.REPAIRING and rec.data.get("rung_phase") == "delete":
+        if rec.state == State.REPAIRING and rec.data.get("rung_phase") == "delete":
             return fleet, rec
         assert rec.state in remediation.ACTIVE_STATES, (rec.state, rec.history[-3:])
         fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()))
@@ -37,7 +39,7 @@ def _at_delete(*, surge: bool = True) -> tuple[Fleet, Record]:
 
 def _step(fleet: Fleet, rec: Record) -> None:
     """One step of the record, saved as the reconciler saves it (no chaining, so each phase can be seen)."""
-    stepped = remediation.advance(rec, fleet.ctx())
+    stepped = remediation_steps.advance(rec, fleet.ctx())
     fleet.ledger.save(msgspec.structs.replace(stepped, etag=rec.etag))
 
 
@@ -96,7 +98,7 @@ def test_deletemachines_is_not_sent_when_arm_no_longer_shows_the_admitted_machin
     _step(fleet, fleet.ledger.list(remediation.KIND)[0])
     after = fleet.ledger.list(remediation.KIND)[0]
     assert _deletes(fleet) == [], "a machine was deleted that ARM no longer shows as the one admitted"
-    assert after.state == remediation.REFUSED and why in after.data["refusal"]["reason"], after.data.get("refusal")
+    assert after.state == State.REFUSED and why in after.data["refusal"]["reason"], after.data.get("refusal")
     assert "aks-gpu-1" in fleet.kube.nodes
 
 

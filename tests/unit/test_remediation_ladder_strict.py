@@ -18,18 +18,19 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.adapters.compute import VmActionDenied, VmActionImpossible
 from shared.fleet import node_fate
-from shared.kernel.errors import OperationInProgress
+from shared.kernel.errors import OperationInProgress, VmActionDenied, VmActionImpossible
 from shared.kernel.ports import NodeView, Taint
-from shared.remediation import core as remediation
 from shared.remediation import health
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.remediation.records import State
 from tests.unit.fakes_remediation import SUB, T0, Fleet, make_node, make_pod, run_until_settled, unhealthy_event, with_condition
 
 EV = remediation.EVENT_PREFIX
 POLICY = RemediationPolicy()
-WINDOW = remediation.verify_window_s(POLICY)
+WINDOW = remediation_steps.verify_window_s(POLICY)
 
 
 def one_broken(policy: RemediationPolicy | None = None) -> Fleet:
@@ -69,8 +70,8 @@ def test_a_repair_is_verified_only_after_a_whole_window_past_the_latest_restart_
 
 
 def test_the_verification_window_outlasts_npds_default_first_check_even_with_a_short_settle() -> None:
-    assert remediation.verify_window_s(RemediationPolicy(settle_s=5)) >= 2 * 30
-    assert remediation.verify_window_s(RemediationPolicy(settle_s=600)) == 600
+    assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=5)) >= 2 * 30
+    assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=600)) == 600
 
 
 # --------------------------------------------------------------------------- NPD after a reboot
@@ -125,7 +126,7 @@ def test_a_fault_that_survives_the_restart_is_not_declared_recovered_on_npds_sta
     npd = NpdAfterReboot(fleet, first_check_s=first_check_s)
     fleet.compute = npd  # type: ignore[assignment]
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     types = [t for t in fleet.events.types() if t.endswith(("Restarted", "Reimaged", "Replaced", "Recovered"))]
     assert types == [EV + "Restarted", EV + "Reimaged", EV + "Recovered"], "the restart was not taken as the cure"
     assert [w[0] for w in npd.writes] == ["restart", "reimage"]
@@ -149,7 +150,7 @@ def test_the_node_stays_cordoned_through_npds_start_up_false() -> None:
     ctx = fleet.ctx()
     restarted_at = None
     for _ in range(200):
-        reconciler.reconcile_once(ctx, modules={"remediation": remediation})  # type: ignore[dict-item]
+        reconciler.reconcile_once(ctx, modules={"remediation": remediation_steps})  # type: ignore[dict-item]
         if npd.writes and restarted_at is None:
             restarted_at = fleet.clock.now()
         if restarted_at is not None and fleet.clock.now() < restarted_at + 55:
@@ -158,7 +159,7 @@ def test_the_node_stays_cordoned_through_npds_start_up_false() -> None:
             break
         fleet.clock.advance(1.0)
     assert restarted_at is not None
-    assert remediation_record(fleet).state in (remediation.VERIFYING, remediation.REPAIRING)
+    assert remediation_record(fleet).state in (State.VERIFYING, State.REPAIRING)
 
 
 # --------------------------------------------------------------------------- denied and impossible rungs
@@ -213,7 +214,7 @@ def test_a_denied_or_impossible_rung_escalates_to_replace_through_the_aks_api_wi
     refusing = Refusing(error, before=shut_down(fleet, "aks-gpu-1") if isinstance(error, VmActionImpossible) else None)
     fleet.compute = refusing  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert refusing.calls == ["restart"], "reimage is denied the same way: skipped, not tried"
     assert ("delete_machines", "gpu", ("aks-gpu-1",)) in fleet.aks.writes
     rec = remediation_record(fleet)
@@ -227,7 +228,7 @@ def test_a_denied_rung_without_replace_on_the_ladder_gives_up_saying_why() -> No
     fleet = one_broken(RemediationPolicy(ladder=("restart", "reimage")))
     fleet.compute = Refusing(VmActionDenied("403", code="DenyAssignmentAuthorizationFailed"))  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     rec = remediation_record(fleet)
     assert "DenyAssignmentAuthorizationFailed" in rec.data["last_note"] and "no replace rung" in rec.data["last_note"]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable
@@ -238,11 +239,11 @@ def test_a_denied_rung_without_replace_on_the_ladder_gives_up_saying_why() -> No
 def test_a_vm_busy_forever_moves_the_ladder_on_at_the_rung_timeout() -> None:
     policy = RemediationPolicy(rung_timeouts_s={"restart": 300, "reimage": 300, "replace": 3600})
     fleet = one_broken(policy)
-    # What the adapter makes of a 409 that says another operation runs (shared.adapters.aks.map_arm_error).
+    # What the adapter makes of a 409 that says another operation runs (shared.adapters.arm.map_arm_error).
     fleet.compute = Refusing(OperationInProgress("another operation is in progress"))  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     start = fleet.clock.now()
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert ("delete_machines", "gpu", ("aks-gpu-1",)) in fleet.aks.writes
     history = " | ".join(h["note"] for h in remediation_record(fleet).history)
     assert "restart failed (not completed within 300s" in history
@@ -290,7 +291,7 @@ def nap_fleet(*, claims: dict[str, str]) -> tuple[Fleet, list[tuple[str, str]]]:
 def test_a_karpenter_node_is_replaced_by_deleting_its_nodeclaim_never_by_a_vm_action() -> None:
     fleet, deleted = nap_fleet(claims={"aks-gpu-np-1": "gpu-np-1"})
     assert fleet.handle(unhealthy_event("aks-gpu-np-1", fleet=fleet)).startswith("admitted")
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert deleted == [("gpu-np-1", NAP_PROVIDER + "aks-gpu-np-1")]
     assert fleet.compute.calls == [] and fleet.aks.writes == []  # type: ignore[attr-defined]
     rec = remediation_record(fleet)
@@ -302,7 +303,7 @@ def test_a_karpenter_node_is_replaced_by_deleting_its_nodeclaim_never_by_a_vm_ac
 def test_a_karpenter_node_without_a_nodeclaim_gives_up_saying_so() -> None:
     fleet, deleted = nap_fleet(claims={})
     fleet.handle(unhealthy_event("aks-gpu-np-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert deleted == [] and fleet.kube.nodes["aks-gpu-np-1"].unschedulable
     assert "no Karpenter NodeClaim owns aks-gpu-np-1" in remediation_record(fleet).data["last_note"]
 
@@ -321,5 +322,5 @@ def test_verification_of_a_node_whose_conditions_keep_transitioning_is_bounded()
 
     fleet.kube.get_node = restless  # type: ignore[method-assign]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     assert "never stable" in remediation_record(fleet).data["last_note"]

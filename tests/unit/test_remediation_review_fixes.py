@@ -1,4 +1,4 @@
-"""Review fixes of the remediation ladder (shared/remediation/core.py, shared/adapters/compute.py).
+"""Review fixes of the remediation ladder (shared/remediation/vm_actions.py, shared/adapters/compute.py).
 
 Each test here failed before its fix: the NodeClaim wait bounded by the replace rung's timeout, a busy
 pool while restoring the count, admission's free checks before ARM reads, the admitted VM and Node
@@ -11,8 +11,11 @@ from typing import Any
 
 import msgspec
 
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
+from shared.remediation import vm_actions
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import RungPhase, State
 from tests.unit.fakes_remediation import Fleet, run_until_settled, unhealthy_event
 from tests.unit.test_remediation_ladder_strict import NAP_PROVIDER, Refusing, karpenter, remediation_record
 
@@ -35,7 +38,7 @@ def test_a_karpenter_node_that_is_never_terminated_gives_up_at_the_replace_timeo
     fleet.compute = Refusing(AssertionError("no VM action on a Karpenter node"))  # type: ignore[assignment]
     assert fleet.handle(unhealthy_event("aks-gpu-np-1", fleet=fleet)).startswith("admitted")
     start = fleet.clock.now()
-    assert run_until_settled(fleet, max_rounds=2000) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet, max_rounds=2000) == [State.GAVE_UP]
     assert fleet.clock.now() - start < 1800 + 600
     assert deleted and set(deleted) == {NAP_PROVIDER + "aks-gpu-np-1"}
     note = remediation_record(fleet).data["last_note"]
@@ -70,11 +73,11 @@ def test_a_busy_pool_while_restoring_the_count_is_waited_for_not_raised() -> Non
         (rec,) = fleet.ledger.list(remediation.KIND)
         if rec.state not in remediation.ACTIVE_STATES:
             break
-        rec = remediation.advance(rec, ctx)  # raised OperationInProgress before the fix
+        rec = remediation_steps.advance(rec, ctx)  # raised OperationInProgress before the fix
         fleet.ledger.save(rec)
         notes.append(str(rec.data.get("last_note")))
         fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
-    assert rec.state == remediation.DONE, rec.data.get("last_note")
+    assert rec.state == State.DONE, rec.data.get("last_note")
     assert busy["left"] == 0 and any("waiting to restore the count" in n for n in notes)
     assert ("put_pool", "gpu", 3) in fleet.aks.writes
 
@@ -129,11 +132,11 @@ def _step_until_repairing(fleet: Fleet) -> Any:
     ctx = fleet.ctx()
     for _ in range(100):
         (rec,) = fleet.ledger.list(remediation.KIND)
-        if rec.state == remediation.REPAIRING:
+        if rec.state == State.REPAIRING:
             return rec
         if rec.next_at > fleet.clock.now():
             fleet.clock.advance(rec.next_at - fleet.clock.now())
-        fleet.ledger.save(remediation.advance(rec, ctx))
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
     raise AssertionError("never reached the repairing state")
 
 
@@ -147,7 +150,7 @@ def test_a_node_that_re_registered_after_the_drain_is_not_restarted() -> None:
     # The kubelet re-registered the Node (same name, new uid): our cordon is gone, pods may be on it.
     fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(fleet.kube.nodes["aks-gpu-1"], uid="uid-reborn",
                                                             unschedulable=False)
-    assert run_until_settled(fleet) == [remediation.REFUSED]
+    assert run_until_settled(fleet) == [State.REFUSED]
     assert fleet.compute.writes == [], "a re-registered node was restarted"
     (rec,) = fleet.ledger.list(remediation.KIND)
     assert rec.data["refusal"]["code"] == node_truth.NODE_RECREATED
@@ -164,7 +167,7 @@ def test_a_vm_other_than_the_admitted_one_is_not_reimaged() -> None:
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     rec = _step_until_repairing(fleet)
     fleet.ledger.save(msgspec.structs.replace(rec, data={**rec.data, "arm_vm_id": other_vm}))
-    assert run_until_settled(fleet) == [remediation.REFUSED]
+    assert run_until_settled(fleet) == [State.REFUSED]
     assert fleet.compute.writes == []
     (rec,) = fleet.ledger.list(remediation.KIND)
     assert rec.data["refusal"]["code"] == node_truth.NOT_A_MACHINE
@@ -191,8 +194,8 @@ def test_a_requested_restart_is_watched_without_reading_arm_and_re_read_only_to_
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     ctx = fleet.ctx()
     rec = _step_until_repairing(fleet)
-    rec = fleet.ledger.save(remediation.advance(rec, ctx))
-    assert rec.data["rung_phase"] == remediation.REQUESTED and rec.data["vm_id"] == vm_id("aks-gpu-1")
+    rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert rec.data["rung_phase"] == RungPhase.REQUESTED and rec.data["vm_id"] == vm_id("aks-gpu-1")
     reads: list[str] = []
     for name in ("get_pool", "list_machines"):
         real = getattr(fleet.aks, name)
@@ -203,17 +206,17 @@ def test_a_requested_restart_is_watched_without_reading_arm_and_re_read_only_to_
 
         setattr(fleet.aks, name, counted)
     polls = 0
-    while rec.data.get("rung_phase") == remediation.REQUESTED:
+    while rec.data.get("rung_phase") == RungPhase.REQUESTED:
         fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
-        if rec.data["requested_at"] + remediation._reissue_grace(policy) > fleet.clock.now():
+        if rec.data["requested_at"] + vm_actions.reissue_grace(policy) > fleet.clock.now():
             polls += 1
-        rec = fleet.ledger.save(remediation.advance(rec, ctx))
-        if rec.data.get("rung_phase") == remediation.REQUESTED:
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+        if rec.data.get("rung_phase") == RungPhase.REQUESTED:
             assert reads == [], f"ARM read while only watching the node: {reads}"
     assert polls >= 1
     assert reads, "ARM is read again right before the request is issued once more"
     assert fleet.compute.writes == [("restart", vm_id("aks-gpu-1"))]
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
 
 
 # --------------------------------------------------------------------------- 6. If-Match on the replace's pool writes
@@ -239,7 +242,7 @@ def test_the_replace_count_writes_are_conditional_on_the_pool_etag_as_read() -> 
     fleet.aks.get_pool = get_pool_with_etag  # type: ignore[method-assign]
     fleet.aks.begin_put_pool = recording_put  # type: ignore[method-assign]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert etags and etags[0] == '"count-5"'
 
 
@@ -247,7 +250,7 @@ def test_the_replace_count_writes_are_conditional_on_the_pool_etag_as_read() -> 
 
 
 def test_operation_not_allowed_on_a_running_node_is_waited_for_until_the_rung_timeout() -> None:
-    from shared.adapters.compute import VmActionImpossible
+    from shared.kernel.errors import VmActionImpossible
 
     policy = RemediationPolicy(rung_timeouts_s={"restart": 300, "reimage": 300, "replace": 3600})
     fleet = _one_broken(policy)
@@ -257,7 +260,7 @@ def test_operation_not_allowed_on_a_running_node_is_waited_for_until_the_rung_ti
                                            code="OperationNotAllowed"))
     fleet.compute = refusing  # type: ignore[assignment]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert refusing.calls.count("restart") > 1 and "reimage" in refusing.calls, refusing.calls
     (rec,) = fleet.ledger.list(remediation.KIND)
     assert "escalation" not in rec.data
@@ -267,7 +270,7 @@ def test_operation_not_allowed_on_a_running_node_is_waited_for_until_the_rung_ti
 
 
 def test_operation_not_allowed_on_a_node_that_is_gone_escalates_to_replace() -> None:
-    from shared.adapters.compute import VmActionImpossible
+    from shared.kernel.errors import VmActionImpossible
 
     fleet = _one_broken()
 

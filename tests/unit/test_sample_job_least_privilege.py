@@ -17,14 +17,17 @@ import pytest
 from shared.kernel.env import SettingError
 from shared.kernel.ports import Record
 from shared.kernel.reconciler import reconcile_once
-from shared.pools import creation as pool_creation
-from shared.pools.creation import KIND, advance, job_name, sample_job
+from shared.pools import intake
+from shared.pools import steps as pool_steps
 from shared.pools.policy import DEFAULT_SAMPLE_JOB_IMAGE, PoolRequestPolicy
+from shared.pools.records import KIND
 from shared.pools.request import Mig, PoolRequest
+from shared.pools.sample_job import job_name, sample_job
+from shared.pools.steps import advance
 from sim import psa
 from tests.unit.fakes_pool import CLUSTER, World, make_world, materialise, message
 
-MODULES = {"pool-request": pool_creation}
+MODULES = {"pool-request": pool_steps}
 APP_NAMESPACE = "gpu-fleet-steward"
 DIGEST = "sha256:" + "4f" * 32
 
@@ -42,7 +45,7 @@ def reconcile(world: World, *, seconds: float = 0.0) -> None:
 
 def to_testing(world: World) -> dict[str, Any]:
     """Submit a request with validateWorkload, bring its pool up, and return the sample Job created."""
-    assert pool_creation.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
+    assert intake.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
     reconcile(world)
     materialise(world.aks, world.kube(), CLUSTER, "gpunp")
     reconcile(world, seconds=world.policy.poll_interval_s)
@@ -191,7 +194,7 @@ def refused_and_left_alone(world: World) -> Record:
 def test_a_same_named_complete_job_without_our_annotation_is_refused_not_trusted_and_not_deleted() -> None:
     world = make_world()
     world.kube().put_foreign_job(foreign_job(annotated=False))
-    assert pool_creation.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
+    assert intake.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
     reconcile(world)
     materialise(world.aks, world.kube(), CLUSTER, "gpunp")
     reconcile(world, seconds=world.policy.poll_interval_s)
@@ -213,7 +216,7 @@ def test_a_replacement_job_with_our_annotation_but_another_uid_is_refused_not_tr
 
 def test_after_a_lost_save_a_same_named_job_with_our_annotation_but_another_image_is_refused() -> None:
     world = make_world()
-    assert pool_creation.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
+    assert intake.accept(message(validateWorkload=True), dequeue_count=1, ctx=world.ctx).status == "accepted"
     reconcile(world)
     materialise(world.aks, world.kube(), CLUSTER, "gpunp")
     reconcile(world, seconds=world.policy.poll_interval_s)

@@ -14,7 +14,7 @@ import pytest
 
 from shared.adapters import identity
 from shared.adapters.ledger import TableLedger
-from shared.kernel.nudge import QueueNudger
+from shared.adapters.nudge_queue import QueueNudger
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
            "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from shared.kernel import timefmt
 from shared.kernel.errors import Transient
 from shared.kernel.ports import ClusterInfo, NodeView
 from shared.remediation import breaker, health, sweep
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAks, FakeCompute, FakeKube, Fleet, make_node
 
@@ -27,7 +28,7 @@ def test_each_unhealthy_fault_is_published_once_per_sweep_with_a_deterministic_i
     assert event["subject"] == f"{CLUSTER}/agentPools/gpu/nodes/aks-gpu-2"
     assert {k: event["data"][k] for k in ("cluster", "node", "pool", "condition", "since")} == {
         "cluster": CLUSTER, "node": "aks-gpu-2", "pool": "gpu", "condition": DEVICE_PLUGIN,
-        "since": remediation.iso(since)}
+        "since": timefmt.iso(since)}
     sweep.sweep(fleet.ctx())
     assert [e["id"] for e in fleet.events.published] == [event["id"]] * 2, "same fault, same id"
 

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from shared.kernel.ports import ClusterInfo, NodeView
-from shared.remediation import core as remediation
 from shared.remediation import health, sweep
+from shared.remediation import records as remediation
 from shared.remediation.policy import DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import SUB, T0, Fleet, make_node
 

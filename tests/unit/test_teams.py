@@ -1,6 +1,6 @@
 """Who may ask for what: a team's queue decides who asked, and the team's entry bounds the request.
 
-The policy (shared/pools/teams.py) by tables; then through ``pool_creation.accept`` with the real
+The policy (shared/pools/teams.py) by tables; then through ``intake.accept`` with the real
 in-memory ledger, and through the ``handle_pool_request`` entry point with the team of the queue.
 """
 
@@ -13,8 +13,10 @@ import pytest
 
 from shared import entrypoints
 from shared.kernel.env import SettingError
+from shared.kernel.errors import Invalid
 from shared.pools import teams
-from shared.pools.creation import KIND, accept
+from shared.pools.intake import accept
+from shared.pools.records import KIND
 from shared.pools.teams import DEFAULT_MAX_GPUS_PER_REQUEST, DEFAULT_SIZES, Team
 from shared.settings import load
 from tests.unit.fakes_pool import CLUSTER, NAP_CLUSTER, OTHER_SUB, SUB, make_world, message
@@ -170,7 +172,7 @@ def test_the_requester_recorded_is_the_team_of_the_queue_even_if_the_message_cla
     stored = world.ledger.get(KIND, "req-0001")
     assert stored is not None
     assert stored.data["requester"] == "vision" and stored.data["request"]["requester"] == "vision"
-    assert stored.data["claimedRequester"] == "research" and stored.data["team"] == "vision"
+    assert stored.data["claimed_requester"] == "research" and stored.data["team"] == "vision"
     assert stored.data["queue"] == VISION.queue
 
 
@@ -220,11 +222,8 @@ def _pool(team: str, request_id: str, *, size: str = T4, count: int = 1, autosca
 
 
 def _active(team: str, request_id: str, *, size: str = T4, count: int | None = 1,
-            autoscale_max: int | None = None) -> dict[str, Any]:
-    request: dict[str, Any] = {"requestId": request_id, "count": count}
-    if autoscale_max is not None:
-        request["autoscale"] = {"min": 1, "max": autoscale_max}
-    return {"requester": team, "vmSize": size, "request": request}
+            autoscale_max: int | None = None) -> teams.InFlight:
+    return teams.InFlight(requester=team, request_id=request_id, vm_size=size, count=count, autoscale_max=autoscale_max)
 
 
 @pytest.mark.parametrize(("pools", "active", "exclude", "expected"), [
@@ -242,8 +241,24 @@ def _active(team: str, request_id: str, *, size: str = T4, count: int | None = 1
     pytest.param([_pool("vision", "a", count=2)], [], "a", 0, id="nor-its-own-pool"),
 ])
 def test_the_gpus_a_team_holds_are_its_tagged_pools_and_requests_in_flight(
-        pools: list[dict[str, Any]], active: list[dict[str, Any]], exclude: str, expected: int) -> None:
+        pools: list[dict[str, Any]], active: list[teams.InFlight], exclude: str, expected: int) -> None:
     assert teams.gpus_in_use("vision", pools=pools, active_requests=active, exclude_request_id=exclude) == expected
+
+
+@pytest.mark.parametrize("count", ["lots", "2", 2.5, True, -1], ids=["text", "numeric-text", "fraction", "bool", "negative"])
+def test_a_pool_count_that_is_not_a_whole_number_is_refused_rather_than_read_as_zero(count: Any) -> None:
+    pool = {**_pool("vision", "a"), "count": count}
+    with pytest.raises(Invalid):
+        teams.gpus_in_use("vision", pools=[pool], active_requests=[])
+
+
+def test_a_request_never_fits_under_the_team_total_when_a_pool_count_is_malformed() -> None:
+    capped = Team(name="vision", queue="q-vision", clusters=(CLUSTER,), max_gpus_total=8)
+    world = make_world()
+    world.aks.pools[(CLUSTER.lower(), "old")] = {**_pool("vision", "old"), "count": "many"}
+    outcome = accept(message(), dequeue_count=1, ctx=world.ctx, team=capped)
+    assert outcome.status == "rejected"
+    assert any("cannot be counted" in p.problem for p in outcome.problems), outcome.problems
 
 
 def test_the_team_total_is_named_when_exceeded_and_ignored_when_not_set() -> None:
@@ -260,7 +275,7 @@ def test_the_team_total_is_named_when_exceeded_and_ignored_when_not_set() -> Non
 
 def test_a_request_that_would_pass_the_teams_total_is_rejected_counting_pools_and_requests_in_flight() -> None:
     from shared.kernel.reconciler import reconcile_once
-    from shared.pools import creation as pool_creation
+    from shared.pools import steps as pool_steps
 
     world = make_world()
     capped = Team(name="vision", queue="q-vision", clusters=(CLUSTER,), max_gpus_total=8)
@@ -269,7 +284,7 @@ def test_a_request_that_would_pass_the_teams_total_is_rejected_counting_pools_an
     second = accept(message(requestId="b", poolName="poolb", count=3), dequeue_count=1, ctx=world.ctx, team=capped)
     assert second.status == "rejected"
     assert "maxGpusTotal is 8" in world.ledger.get(KIND, "b").data["reasons"][0]  # type: ignore[union-attr]
-    reconcile_once(world.ctx, modules={"pool-request": pool_creation})  # a: PUT, the pool exists in ARM now
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})  # a: PUT, the pool exists in ARM now
     assert [p.pool for p in world.aks.puts] == ["poola"]
     # a redelivery of a is not counted against itself; c fits beside a's 6 GPUs
     assert accept(message(requestId="a", poolName="poola", count=6), dequeue_count=2, ctx=world.ctx,

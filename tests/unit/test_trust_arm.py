@@ -18,9 +18,11 @@ from shared.fleet import node_truth
 from shared.fleet.node_fate import AUTOSCALER_DELETE_TAINT, PREEMPT_TAINT
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import ClusterInfo, MachineInfo, NodeView, PoolInfo, Taint
-from shared.remediation import core as remediation
+from shared.remediation import records as remediation
+from shared.remediation import steps as remediation_steps
 from shared.remediation import sweep
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
+from shared.remediation.records import State
 from tests.unit.fakes_remediation import (
     CLUSTER,
     SUB,
@@ -221,7 +223,7 @@ def test_a_genuine_node_is_admitted_with_the_vm_arm_gave_and_restarted_there() -
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     [record] = fleet.ledger.list(remediation.KIND)
     assert record.data["arm_vm_id"] == vm_id("aks-gpu-1")
-    assert run_until_settled(fleet) == [remediation.DONE]
+    assert run_until_settled(fleet) == [State.DONE]
     assert fleet.compute.writes == [("restart", vm_id("aks-gpu-1"))]
     # made for the node's own cluster, so the write gate holds the VM to that cluster's node resource group
     assert fleet.compute.clusters == [record.data["cluster"]]
@@ -232,7 +234,7 @@ def test_the_vm_is_read_from_arm_again_right_before_the_restart_and_refused_when
     fleet.break_node("aks-gpu-1", at=T0 - 3600)
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     fleet.aks.machine_ids["aks-gpu-1"] = FOREIGN_VM  # ARM's answer changed (or the record was tampered with)
-    assert run_until_settled(fleet) == [remediation.REFUSED]
+    assert run_until_settled(fleet) == [State.REFUSED]
     assert fleet.compute.writes == []
     [record] = fleet.ledger.list(remediation.KIND)
     assert record.data["refusal"]["code"] == node_truth.FOREIGN_VM
@@ -270,7 +272,7 @@ def test_a_node_taken_away_after_its_admission_is_not_cordoned() -> None:
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(
         fleet.kube.nodes["aks-gpu-1"], taints=(Taint(key="node.cloudprovider.kubernetes.io/shutdown", effect="NoSchedule"),))
-    assert run_until_settled(fleet) == [remediation.REFUSED]
+    assert run_until_settled(fleet) == [State.REFUSED]
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable
     assert [w for w in fleet.kube.writes if w[0] == "evict" or (w[0] == "patch_node" and "spec" in w[2])] == []
     assert fleet.compute.writes == []
@@ -286,9 +288,9 @@ def test_a_remediation_failing_permanently_is_given_up_through_the_hook_and_free
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     from shared.kernel import reconciler
 
-    reconciler.reconcile_once(fleet.ctx(), modules={"remediation": remediation})  # type: ignore[dict-item]
+    reconciler.reconcile_once(fleet.ctx(), modules={"remediation": remediation_steps})  # type: ignore[dict-item]
     [record] = fleet.ledger.list(remediation.KIND)
-    assert record.state in (remediation.CORDONED, remediation.DRAINING, remediation.REPAIRING)
+    assert record.state in (State.CORDONED, State.DRAINING, State.REPAIRING)
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable
 
     def refuse(cluster_id: str) -> ClusterInfo:
@@ -296,7 +298,7 @@ def test_a_remediation_failing_permanently_is_given_up_through_the_hook_and_free
 
     fleet.aks.get_cluster = refuse  # type: ignore[method-assign]
     fleet.clock.advance(120)  # past the process cache of the cluster's tags
-    assert run_until_settled(fleet) == [remediation.GAVE_UP]
+    assert run_until_settled(fleet) == [State.GAVE_UP]
     [record] = fleet.ledger.list(remediation.KIND)
     assert "failed 5 times in a row with a permanent error" in record.data["last_note"]
     assert "stays cordoned (the app cordoned it)" in record.data["last_note"]
@@ -311,11 +313,11 @@ def test_give_up_leaves_a_node_someone_else_cordoned_as_it_was() -> None:
     fleet.break_node("aks-gpu-1", at=T0 - 3600)
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     [record] = fleet.ledger.list(remediation.KIND)
-    record = msgspec.structs.replace(record, state=remediation.CORDONED, data={**record.data, "cordoned_by_us": False})
-    ended = remediation.give_up(record, fleet.ctx(), reason="step 'cordoned' failed 5 times")
-    assert ended.state == remediation.GAVE_UP and "left as it was" in ended.data["last_note"]
+    record = msgspec.structs.replace(record, state=State.CORDONED, data={**record.data, "cordoned_by_us": False})
+    ended = remediation_steps.give_up(record, fleet.ctx(), reason="step 'cordoned' failed 5 times")
+    assert ended.state == State.GAVE_UP and "left as it was" in ended.data["last_note"]
     assert [w for w in fleet.kube.writes if w[0] == "patch_node" and "spec" in w[2]] == []
-    assert remediation.give_up(ended, fleet.ctx(), reason="again") is ended
+    assert remediation_steps.give_up(ended, fleet.ctx(), reason="again") is ended
 
 
 def test_give_up_still_ends_the_record_when_the_cluster_refuses_every_call() -> None:
@@ -329,8 +331,8 @@ def test_give_up_still_ends_the_record_when_the_cluster_refuses_every_call() -> 
 
     for method in ("get_node", "release_lease", "create_event", "patch_node"):
         setattr(fleet.kube, method, forbidden)
-    ended = remediation.give_up(record, fleet.ctx(), reason="permanent")
-    assert ended.state == remediation.GAVE_UP
+    ended = remediation_steps.give_up(record, fleet.ctx(), reason="permanent")
+    assert ended.state == State.GAVE_UP
     assert fleet.ledger.get(remediation.BUDGET_KIND, remediation.BUDGET_ID).data["slots"] == {}
 
 

@@ -210,8 +210,8 @@ def test_a_cluster_that_left_the_scope_is_refused_even_with_a_client_built_befor
 
 
 def test_a_paused_refusal_holds_the_record_and_never_gives_it_up(arm: Arm, clock: ManualClock) -> None:
-    from shared.adapters.ledger import InMemoryLedger
     from shared.kernel.reconciler import ReconcileReport, advance_record
+    from tests.fakes.ledger import InMemoryLedger
 
     access = _access(arm, clock, reconcile_max_permanent_tries=2)
     ledger = InMemoryLedger()

@@ -1,0 +1,416 @@
+"""The remediation kind for the reconciler: ``KIND``, ``ACTIVE_STATES``, :func:`advance` and :func:`give_up`.
+
+Each call of :func:`advance` re-observes the node and takes one short, idempotent step:
+``admitted → cordoned → draining → repairing → verifying → done``, or ends in ``gave_up`` (every rung
+failed; the node stays cordoned), ``released`` (nothing left to do, or the ``release`` drain fallback),
+``refused`` (the node's identity is in doubt, or the platform is taking it away) or ``failed`` (we are
+not allowed to act). Every state has one step with the kernel's contract
+(:mod:`shared.kernel.steps`): ``step(record, ctx, *, now, policy) -> Transition``. Every write re-reads
+first, intent is saved before a non-idempotent call (pool counts are desired-state PUTs of a count
+fixed in the record), so a crash before or after any step resumes to the same end state.
+docs/remediation.md documents the states, data fields and events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from shared.drain import core as drain
+from shared.fleet import node_fate
+from shared.kernel.errors import Forbidden, NotFound, StewardError, Throttled
+from shared.kernel.ports import EvictionResult, KubePort, NodeView, Record
+from shared.kernel.steps import Transition, move, settle, stay
+from shared.kernel.timefmt import iso
+from shared.remediation import health
+from shared.remediation.admission import paused_reason, policy_of
+from shared.remediation.ladder import end, escalate_to_replace, give_up_now, next_rung, uncordon_if_ours
+from shared.remediation.notify import annotate, announce, kube_event, metric, publisher
+from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import (
+    ACTIVE_STATES,
+    GOING_AWAY,
+    KIND,
+    RUNG_EVENTS,
+    TERMINAL_STATES,
+    Event,
+    Refusal,
+    RemediationData,
+    Rung,
+    RungPhase,
+    State,
+    fields,
+    label_value,
+    lease_name,
+    load,
+)
+from shared.remediation.replace import step_replace
+from shared.remediation.vm_actions import booted_since, request
+
+if TYPE_CHECKING:
+    from shared.kernel.context import Context
+
+__all__ = ["ACTIVE_STATES", "KIND", "advance", "give_up"]
+
+log = logging.getLogger("steward.remediation")
+
+_LEASELESS: set[str] = set()  # clusters without the lease namespace (warned once per process)
+Step = Callable[..., Transition]
+
+
+def advance(record: Record, ctx: Context) -> Record:
+    """One short, idempotent step of the remediation ``record`` (re-observing first)."""
+    if record.state not in ACTIVE_STATES:
+        return record
+    policy = policy_of(ctx)
+    now = ctx.clock.now()
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    paused = paused_reason(ctx, _cluster_tags(ctx, d.cluster), None, policy)
+    if paused and not d.dry_run:
+        return settle(stay(record, now=now, until=now + max(60, policy.poll_s), note=f"waiting: {paused}"),
+                      publisher(ctx))
+    if not d.dry_run and not _take_lease(kube, record, d, policy):
+        return settle(stay(record, now=now, until=now + policy.poll_s,
+                           note=f"waiting: another actor holds the node lease {lease_name(d.node)}"), publisher(ctx))
+    try:
+        stepped = STEPS[State(record.state)](record, ctx, now=now, policy=policy)
+    except Forbidden as exc:
+        stepped = end(record, ctx, kube, State.FAILED, now=now, event=Event.FAILED,
+                      note=f"not allowed: {exc} (check the app's Azure role and Kubernetes RBAC); node left as is")
+    after = stepped.record
+    if after.state != record.state and not d.dry_run and after.state not in TERMINAL_STATES:
+        node = kube.get_node(d.node)
+        if node is not None:
+            annotate(kube, node, after, str(after.data.get("last_note", "")))
+    return settle(stepped, publisher(ctx))
+
+
+def _take_lease(kube: KubePort, record: Record, d: RemediationData, policy: RemediationPolicy) -> bool:
+    """Take or renew the node lease (holder = this remediation, so any host advancing it may renew).
+
+    The lease keeps other actors that honour it off the node. Between steward hosts the ledger claim
+    and the one-remediation-per-node admission already guarantee a single writer, so a cluster
+    without the lease namespace (``NotFound``) degrades to that guarantee, with a warning.
+    """
+    try:
+        # in the app's own namespace (the adapter's; STEWARD_NAMESPACE), where its Role grants leases
+        return kube.acquire_lease(lease_name(d.node), holder=record.id, duration_s=policy.lease_s)
+    except NotFound as exc:
+        if d.cluster not in _LEASELESS:
+            _LEASELESS.add(d.cluster)
+            log.warning("node leases unavailable on %s (%s): relying on the ledger claim", d.cluster, exc)
+        return True
+
+
+def _cluster_tags(ctx: Context, cluster_id: str) -> Mapping[str, str]:
+    """The cluster's tags (for the pause tag), cached a minute per process."""
+    now = ctx.clock.now()
+    hit = ctx.caches.cluster_tags.get(cluster_id, now=now)
+    if hit is not None:
+        return hit
+    try:
+        tags = dict(ctx.access.aks().get_cluster(cluster_id).tags or {})
+    except NotFound:
+        tags = {}
+    return ctx.caches.cluster_tags.put(cluster_id, tags, now=now)
+
+
+class _BestEffortKube:
+    """The node's cluster for the clean-up of a record that is given up: a call that fails is logged and
+    skipped (the permanent error that led here may well be the cluster's own answer)."""
+
+    def __init__(self, ctx: Context, cluster_id: str) -> None:
+        self._kube: KubePort | None = None
+        try:
+            self._kube = ctx.access.kube(cluster_id)
+        except StewardError as exc:
+            log.info("cluster %s not reachable for the give-up clean-up: %s", cluster_id, exc)
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._kube, name, None) if self._kube is not None else None
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if target is None:
+                return None
+            try:
+                return target(*args, **kwargs)
+            except StewardError as exc:
+                log.info("give-up clean-up: %s failed: %s", name, exc)
+                return None
+        return call
+
+
+def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
+    """The reconciler's hook after RECONCILE_MAX_PERMANENT_TRIES permanent errors in a row: ``gave_up``.
+
+    Same ending as a ladder that ran out: the budget slot, the pool's replace turn and the node lease
+    are released, a GaveUp event and a Warning on the node say why. A node the app cordoned stays
+    cordoned for an operator (our marker tells them whose cordon it is); a node someone else cordoned,
+    or that was never cordoned, is left exactly as it is. Clean-up calls to the cluster are best effort:
+    the permanent error may be the cluster's own refusal.
+    """
+    if record.state not in ACTIVE_STATES:
+        return record
+    d = load(record)
+    kube: Any = _BestEffortKube(ctx, d.cluster)
+    held = ("the node stays cordoned (the app cordoned it) for an operator" if d.cordoned_by_us
+            else "the node is left as it was")
+    return settle(give_up_now(record, ctx, kube, now=ctx.clock.now(), note=f"{reason}; gave up: {held}"), publisher(ctx))
+
+
+def _still_faulty(node: NodeView, d: RemediationData) -> bool:
+    cond = node.condition(d.condition)
+    return cond is not None and cond.status == "True" and (cond.last_transition or 0.0) <= d.since_ts + 1.0
+
+
+def step_admitted(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
+    """Cordon the node (with our marker), unless the fault is gone or the platform is taking the node away."""
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    node = kube.get_node(d.node)
+    if node is None:
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note="the node no longer exists: nothing to do")
+    if node.uid != d.node_uid:
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note="the node was recreated under the same name: this fault is gone")
+    if not _still_faulty(node, d):
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.RECOVERED,
+                   note=f"{d.condition} cleared before we touched the node: released")
+    leaving = node_fate.going_away(node)
+    if leaving:  # the platform started taking it away after the admission: not ours to touch
+        return end(record, ctx, kube, State.REFUSED, now=now, event=Event.REFUSED,
+                   note=f"refused ({GOING_AWAY}): the platform is taking {node.name} away ({leaving}); not cordoned",
+                   refusal=Refusal(code=GOING_AWAY, reason=leaving),
+                   extra={"reason_code": GOING_AWAY, "reason": leaving})
+    if d.dry_run:
+        note = f"dry run: would cordon {node.name} (marker {health.CORDONED_BY_LABEL}) and drain it"
+        return announce(move(record, State.CORDONED, now=now, note=note, **fields(cordoned_by_us=False)),
+                        record, Event.DRY_RUN, note, key="cordon")
+    marker = node.annotations.get(health.CORDON_FOR_ANNOTATION, "")
+    if health.cordoned_by_us(node) and node.unschedulable and marker == record.id:
+        note, by_us = "cordoned (found our marker: resumed after a crash)", True
+    elif health.cordoned_by_us(node) and node.unschedulable:
+        # Still cordoned by an earlier remediation of ours (it gave up): adopt the cordon, so that this
+        # remediation may lift it when the node recovers.
+        kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
+                                                 "annotations": {health.CORDON_FOR_ANNOTATION: record.id}}})
+        note, by_us = f"already cordoned by our earlier remediation {marker}: adopted", True
+    elif node.unschedulable:
+        note, by_us = "already cordoned by someone else: it will be drained and repaired but never uncordoned by us", False
+    else:
+        reason = f"{d.condition} True since {d.since}"
+        kube.patch_node(node.name, {
+            "metadata": {"resourceVersion": node.resource_version,  # fails if anyone changed the node meanwhile
+                         "labels": {health.CORDONED_BY_LABEL: label_value(ctx.instance)},
+                         "annotations": {health.CORDON_FOR_ANNOTATION: record.id,
+                                         health.CORDON_REASON_ANNOTATION: reason,
+                                         health.CORDON_AT_ANNOTATION: iso(now)}},
+            "spec": {"unschedulable": True},
+        })
+        note, by_us = f"cordoned: {reason}", True
+    kube_event(kube, node, record, "StewardCordoned", note)
+    return announce(move(record, State.CORDONED, now=now, note=note, **fields(cordoned_by_us=by_us, cordoned_at=now)),
+                    record, Event.CORDONED, note, extra={"cordoned_by_us": by_us})
+
+
+def step_cordoned(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
+    """Start the drain, unless someone uncordoned the node or its attempts are used up (cordon only)."""
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    node = kube.get_node(d.node)
+    if node is None or node.uid != d.node_uid:
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note="the node disappeared before the drain")
+    if not d.dry_run and not node.unschedulable:
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note="someone uncordoned the node: respecting that and stopping (the fault is not handled)")
+    if d.cap_reached:
+        return end(record, ctx, kube, State.GAVE_UP, now=now, event=Event.GAVE_UP,
+                   note=f"{d.cap_reached}: cordoned and not drained or repaired again; an operator must look "
+                        f"(uncordon it or remove the node when done)")
+    if not d.dry_run:
+        kube_event(kube, node, record, "StewardDraining", "draining through the Eviction API (PDBs respected)")
+    return move(record, State.DRAINING, now=now, note="draining", **fields(drain={}, drain_started_at=now))
+
+
+def step_draining(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
+    """Evict the node's pods through the Eviction API (shared.drain decides which, and when)."""
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    node = kube.get_node(d.node)
+    if node is None or node.uid != d.node_uid:
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note="the node disappeared during the drain")
+    pods = kube.list_pods(node_name=node.name)
+    previous = drain.DrainState.from_data(d.drain)
+    # PDBs are read when the drain starts (a pod under two PDBs refuses the node before any eviction)
+    # and while a budget refuses a pod (the stall report names the PDB and its status).
+    pdbs = drain.fetch_pdbs(kube) if d.dry_run or previous.started_at is None or previous.blocked else None
+    if d.dry_run:
+        plan = drain.plan_drain(pods, policy, now=now, pdbs=pdbs)
+        refusal = plan.refusal()
+        note = (f"dry run: would evict {len(plan.evict)} pods ({', '.join(f'{p.namespace}/{p.name}' for p in plan.evict[:10])}), "
+                f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}"
+                + (f"; would refuse the node and evict nothing: {refusal}" if refusal else ""))
+        return announce(move(record, State.REPAIRING, now=now, note=note,
+                             **fields(rung_index=0, rung_phase=RungPhase.START)), record, Event.DRY_RUN, note, key="drain")
+    state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy, pdbs=pdbs)
+    by_uid = {p.uid: p for p in pods}
+
+    def evict(action: drain.Evict) -> EvictionResult:
+        try:
+            return kube.evict(action.namespace, action.name)
+        except NotFound:
+            return EvictionResult(outcome="gone")
+        except Throttled as exc:
+            return EvictionResult(outcome="blocked", message=str(exc), retry_after=exc.retry_after)
+
+    for action, result in drain.evict_all(evict, actions):
+        pod = by_uid.get(action.uid)
+        state = drain.record_eviction(state, action, result, now=now,
+                                      grace=pod.grace_period_seconds if pod else None, policy=policy)
+    new_blocks = [m for k, m in state.messages.items() if previous.messages.get(k) != m and k != "_deadline"]
+    if state.outcome not in (drain.REFUSED, drain.STALLED):
+        for message in new_blocks[:3]:
+            kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
+    if state.outcome == drain.DRAINED:
+        started = d.drain_started_at or now
+        metric(ctx, "drain_time_s", now - started)
+        note = f"drained in {now - started:.0f}s"
+        kube_event(kube, node, record, "StewardDrained", note)
+        return announce(move(record, State.REPAIRING, now=now, note=note,
+                             **fields(drain=state.to_data(), rung_index=0, rung_phase=RungPhase.START)),
+                        record, Event.DRAINED, note)
+    if state.outcome in (drain.TIMED_OUT, drain.REFUSED, drain.STALLED):
+        message = state.reason or state.messages.get("_deadline", "drain deadline reached")
+        if state.outcome != drain.TIMED_OUT:  # say why before the fallback's own event
+            kube_event(kube, node, record, "StewardDrainRefused" if state.outcome == drain.REFUSED
+                       else "StewardDrainBlocked", message, "Warning")
+        if policy.drain_fallback == "release":
+            uncordon_if_ours(kube, record)
+            return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED, drain=state.to_data(),
+                       drain_outcome=state.outcome,
+                       note=f"{message}; fallback release: uncordoned (if we cordoned it), nothing repaired")
+        return end(record, ctx, kube, State.GAVE_UP, now=now, event=Event.GAVE_UP, drain=state.to_data(),
+                   drain_outcome=state.outcome,
+                   note=f"{message}; fallback hold: the node stays cordoned, move or evict these pods, then "
+                        f"uncordon or repair it yourself")
+    wake = state.wake_at if state.wake_at is not None else now + policy.poll_s
+    return stay(record, now=now, until=max(wake, now + 1.0), note=f"draining: {len(state.remaining)} pods still on the node",
+                **fields(drain=state.to_data()))
+
+
+def step_repairing(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
+    """One step of the ladder's current rung: restart and reimage (vm_actions), or replace (replace)."""
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    rung = d.rung
+    if rung is None:
+        return give_up_now(record, ctx, kube, now=now, note="no rung left on the ladder")
+    if d.dry_run:
+        note = f"dry run: would {rung} {d.node} (ladder {', '.join(d.ladder)}); nothing was changed"
+        return end(record, ctx, kube, State.DONE, now=now, event=Event.DRY_RUN, note=note)
+    if d.rung_entered_at is None:  # the first step of the ladder's first rung
+        record = msgspec.structs.replace(record, data={**record.data, **fields(rung_entered_at=now)})
+        d = load(record)
+    entered = d.rung_entered_at or now
+    timeout = policy.rung_timeout(rung)
+    if d.rung_phase in (RungPhase.START, RungPhase.REQUESTED) and now >= entered + timeout:
+        # The phases before the rung's action took hold (Azure answering "busy", the pool's replace turn,
+        # a request that never showed) are bounded by the rung's timeout from when the ladder reached it;
+        # the later phases by the same timeout from the action (checked where they observe the node),
+        # so a rung that never completes moves on: nothing is re-issued forever.
+        return next_rung(record, ctx, kube, now=now,
+                         why=f"not completed within {timeout}s (REMEDIATION_RUNG_TIMEOUTS; phase {d.rung_phase}: "
+                             f"{d.last_note[:200]})")
+    if d.nap and rung != Rung.REPLACE:
+        # A node auto-provisioning node is a standalone VM that Karpenter owns (not a VMSS instance):
+        # there is no VMSS VM to restart or reimage; Karpenter's way is to delete its NodeClaim.
+        return escalate_to_replace(record, ctx, kube, now=now, code="KarpenterNode",
+                                   why=f"{d.node} is a Karpenter (node auto-provisioning) node, a standalone VM "
+                                       f"({d.provider_id or 'no providerID'}): it is replaced by deleting its NodeClaim")
+    if rung == Rung.REPLACE:
+        return step_replace(record, ctx, kube, policy=policy, now=now)
+    node = kube.get_node(d.node)
+    if d.rung_phase in (RungPhase.START, RungPhase.REQUESTED):
+        return request(record, ctx, kube, node=node, rung=rung, policy=policy, now=now)
+    started = d.rung_started_at or now
+    if node is not None:
+        # Same VM, same name: a reimage may re-register the Node object (new uid), which counts as rebooted.
+        recovered, why = health.is_recovered(node, policy=policy)
+        ready = node.condition("Ready")
+        rebooted = ((ready is not None and (ready.last_transition or 0.0) >= started) or node.uid != d.node_uid
+                    or booted_since(node, d.boot_id_before))
+        if recovered and (rebooted or now - started >= policy.settle_s):
+            note = f"{rung} repaired the node in {now - started:.0f}s ({why})"
+            kube_event(kube, node, record, f"Steward{RUNG_EVENTS[rung]}", note)
+            return announce(move(record, State.VERIFYING, now=now, note=note,
+                                 **fields(verify_since=now, target=node.name)), record, RUNG_EVENTS[rung], note)
+    else:
+        why = "the node is not registered (yet)"
+    if now >= started + timeout:
+        return next_rung(record, ctx, kube, now=now, why=f"not recovered within {timeout}s ({why})")
+    return stay(record, now=now, until=now + policy.poll_s, note=f"waiting for {rung}: {why}")
+
+
+# NPD's custom plugin monitor runs its first check one invoke_interval after it starts (30 s by default,
+# kubernetes/node-problem-detector pkg/custompluginmonitor/types/config.go); the interval of AKS's GPU
+# plugins is not documented. Verification outlasts twice that default at least, or REMEDIATION_SETTLE_S
+# when longer (raise it if a cluster's NPD checks less often).
+NPD_DEFAULT_INVOKE_INTERVAL_S = 30.0
+VERIFY_MAX_WINDOWS = 4  # verification is bounded too: a node never stable this long fails the rung
+
+
+def verify_window_s(policy: RemediationPolicy) -> float:
+    """How long a repaired node must stay healthy after its last restart evidence before it is trusted."""
+    return max(float(policy.settle_s), 2 * NPD_DEFAULT_INVOKE_INTERVAL_S)
+
+
+def step_verifying(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
+    """Declare the repair done only once the node has been healthy for longer than NPD needs after a boot.
+
+    A rebooted node's node-problem-detector publishes every GPU condition ``False`` with a fresh
+    transition time before its first check (kubernetes/node-problem-detector
+    pkg/custompluginmonitor/custom_plugin_monitor.go ``initialConditions``); a fault that survived the
+    reboot turns ``True`` again only one ``invoke_interval`` later. So the start-up ``False`` proves
+    nothing: :func:`health.verify_repair` waits a whole window after the latest of Ready's and the
+    conditions' transitions, and only then is the node uncordoned.
+    """
+    d = load(record)
+    kube = ctx.access.kube(d.cluster)
+    target = d.target or d.node
+    node = kube.get_node(target)
+    since = d.verify_since or now
+    window = verify_window_s(policy)
+    if node is not None:
+        verdict = health.verify_repair(node, policy=policy, since=since, now=now, window_s=window)
+        if verdict.state == health.VERIFIED:
+            uncordoned = uncordon_if_ours(kube, record) if target == d.node else False
+            note = f"recovered: {verdict.why}" + ("; uncordoned" if uncordoned else "")
+            return end(record, ctx, kube, State.DONE, now=now, event=Event.RECOVERED, note=note, target=target)
+        if verdict.state == health.CONFIRMING:
+            if now >= since + VERIFY_MAX_WINDOWS * window:
+                # Healthy whenever looked at, but a condition or Ready keeps transitioning: never stable.
+                return next_rung(record, ctx, kube, now=now,
+                                 why=f"never stable for {window:.0f}s within {VERIFY_MAX_WINDOWS * window:.0f}s "
+                                     f"({verdict.why})")
+            until = float(verdict.until or now + policy.poll_s)
+            return stay(record, now=now, until=max(now + 1.0, min(until, now + policy.poll_s)),
+                        note=f"verifying: {verdict.why}")
+        why = verdict.why
+    else:
+        why = f"{target} is gone"
+    if now >= since + max(window, 2 * policy.poll_s):
+        return next_rung(record, ctx, kube, now=now, why=f"did not stay healthy: {why}")
+    return stay(record, now=now, until=now + policy.poll_s, note=f"verifying: {why}")
+
+
+#: Every active state's step, all with the kernel's contract.
+STEPS: Mapping[State, Step] = {State.ADMITTED: step_admitted, State.CORDONED: step_cordoned,
+                               State.DRAINING: step_draining, State.REPAIRING: step_repairing,
+                               State.VERIFYING: step_verifying}
