@@ -6,9 +6,9 @@ Only registrations live here. Each blueprint parses its trigger and calls one en
 
 import azure.functions as func
 
-from functions import health_sweep, migration, pool_requests, reconcile, remediation
+from functions import health_events, health_sweep, migration, pool_requests, reconcile, remediation
 
 app = func.FunctionApp()
 
-for blueprint in (pool_requests.bp, reconcile.bp, health_sweep.bp, remediation.bp, migration.bp):
+for blueprint in (pool_requests.bp, reconcile.bp, health_sweep.bp, remediation.bp, migration.bp, health_events.bp):
     app.register_functions(blueprint)

@@ -5,11 +5,22 @@ The storyline (demo/scenario.yaml, a clock 20x the wall):
    validates the first (sample GPU job included) and rejects the second with every reason;
 2. two GPU nodes of a managed pool break: one is fixed by a restart, the other only by a
    replacement; a third node flaps and is left alone;
-3. the migration planner moves two unmanaged pools to managed ones (surge and rolling), skips the
+3. the two other fault signals (issue 13), played at fixed fleet times (:data:`SIGNALS`):
+   - a GPU of an inference node falls off the bus: XID 79 in the cluster's DCGM counters, read from
+     its Azure Monitor workspace (SIGNALS_PROMETHEUS, set by :func:`signal_settings`); the node is
+     restarted (row ``xid:79``: restart, then replace if it comes back);
+   - Azure Resource Health says an embedding node's host is ``Degraded`` (hardware about to fail):
+     the node is cordoned and drained ahead of the failure, then restarted onto a healthy host
+     (row ``health:availability:Degraded``);
+   - planned maintenance reboots another node: recorded only (``Steward.Remediation.SignalRecorded``);
+   - an XID 79 on the out-of-scope cluster's GPU, in the same workspace: never acted on;
+4. the migration planner moves two unmanaged pools to managed ones (surge and rolling), skips the
    MIG pool and says why, while PodDisruptionBudget-protected workloads keep running;
-4. an out-of-scope cluster's broken node is never touched.
+5. an out-of-scope cluster's broken node is never touched.
 It ends by itself when every story has ended (or after a time limit, saying what did not finish),
-and prints what happened from the ledger, the published events and the simulator's oracles.
+and prints what happened from the ledger, the published events and the simulator's oracles: each
+remediation with the signal that started it (npd, dcgm, resource-health), the signal's own words and
+the policy row that matched, and the signals that were only recorded.
 """
 
 from __future__ import annotations
@@ -92,6 +103,68 @@ GREEDY_REQUEST = {
 }
 
 KINDS = ("pool-request", "remediation", "migration")
+RECORDED_EVENT = "Steward.Remediation.SignalRecorded"
+
+#: The Azure Monitor workspace ml-serve and research-lab send their dcgm-exporter metrics to (the
+#: simulator serves any workspace name at /prometheus/<name>, every cluster's series told apart by
+#: the ``cluster`` label, as one workspace shared by two clusters would).
+WORKSPACE = "ml-observability"
+DCGM_CLUSTERS = ("ml-serve", "research-lab")
+
+#: What the GPUs and Azure do, at fixed fleet seconds after the fleet's start, through the simulator's
+#: control API (the node is the ``index``-th of its pool, resolved when the signal is played).
+SIGNALS: tuple[dict[str, Any], ...] = (
+    {"at": 200, "path": "/dcgm/xid", "cluster": "ml-serve", "pool": "infer", "index": 0, "body": {"gpu": 0, "xid": 79},
+     "say": "GPU 0 of {node} falls off the bus: XID 79 in ml-serve's DCGM counters"},
+    {"at": 200, "path": "/dcgm/xid", "cluster": "research-lab", "pool": "gpu", "index": 1, "body": {"gpu": 0, "xid": 79},
+     "say": "XID 79 on {node} of research-lab (out of scope, same workspace)"},
+    {"at": 230, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 0,
+     "body": {"scenario": "degraded-host"},
+     "say": "Azure Resource Health: the host under {node} is Degraded (hardware failing soon)"},
+    {"at": 260, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 2,
+     "body": {"scenario": "planned-maintenance", "down_s": 20},
+     "say": "Azure reboots {node} for planned maintenance"},
+)
+#: The remediations the storyline must show (signal -> what), besides the NPD conditions' own.
+SIGNAL_STORIES = {"dcgm": "a node repaired because of an XID read from Prometheus",
+                  "resource-health": "a node drained ahead of a Resource Health Degraded event"}
+
+
+def signal_settings(endpoints: dict[str, Any]) -> dict[str, str]:
+    """The DCGM settings of the demo's profile (docs/signals-dcgm.md): ml-serve's and research-lab's
+    workspace. Known only once the simulator listens (the endpoint carries its port), so they join
+    :data:`PROFILE` before the host starts; research-lab is configured too, to show that scope, not the
+    setting, decides which nodes are acted on."""
+    endpoint = f"{str(endpoints['arm_endpoint']).rstrip('/')}/prometheus/{WORKSPACE}"
+    clusters = {str(c["name"]): str(c["id"]) for c in endpoints["clusters"]}
+    return {"SIGNALS_PROMETHEUS": json.dumps({clusters[name]: {"endpoint": endpoint} for name in DCGM_CLUSTERS})}
+
+
+class SignalPlayer:
+    """Plays :data:`SIGNALS` when the fleet's clock reaches them; :attr:`played` says what was done, and when."""
+
+    def __init__(self, stack: Any, clock: Any, start: float) -> None:
+        self.stack, self.clock, self.start = stack, clock, start
+        self.pending = sorted(SIGNALS, key=lambda s: float(s["at"]))
+        self.played: list[tuple[float, str]] = []
+
+    def wall_until_next(self) -> float:
+        """Wall seconds until the next signal is due (inf when none is left)."""
+        if not self.pending:
+            return float("inf")
+        return max(0.0, (self.start + float(self.pending[0]["at"]) - self.clock.now()) / self.clock.speed)
+
+    def play_due(self) -> None:
+        while self.pending and self.clock.now() >= self.start + float(self.pending[0]["at"]):
+            signal = self.pending.pop(0)
+            state = self.stack.sim.state()
+            cluster = next(c for c in state["clusters"] if c["name"] == signal["cluster"])
+            pool = next(p for p in cluster["pools"] if p["name"] == signal["pool"])
+            node = str(pool["nodes"][int(signal["index"])])
+            self.stack.control("POST", str(signal["path"]), {"cluster": signal["cluster"], "node": node, **signal["body"]})
+            text = str(signal["say"]).format(node=node)
+            self.played.append((self.clock.now(), text))
+            _say(self.clock, text)
 
 
 def _say(clock: Any, text: str) -> None:
@@ -123,7 +196,7 @@ def _snapshot(ctx: Any) -> dict[tuple[str, str], Any]:
     return out
 
 
-def _finished(records: dict[tuple[str, str], Any]) -> tuple[bool, list[str]]:
+def _finished(records: dict[tuple[str, str], Any], *, signals_left: int = 0) -> tuple[bool, list[str]]:
     from shared.migration import plan as migration_plan
     from shared.pools import steps as pool_steps
     from shared.remediation import records as remediation
@@ -132,8 +205,12 @@ def _finished(records: dict[tuple[str, str], Any]) -> tuple[bool, list[str]]:
               "migration": migration_plan.ACTIVE_STATES}
     waiting = [f"{k} {i} ({r.state})" for (k, i), r in records.items() if r.state in active[k]]
     kinds_seen = {k for k, _ in records}
-    missing = [k for k in KINDS if k not in kinds_seen]
-    return (not waiting and not missing), waiting + [f"no {k} yet" for k in missing]
+    missing = [f"no {k} yet" for k in KINDS if k not in kinds_seen]
+    signals = {str(r.data.get("signal") or "npd") for (k, _), r in records.items() if k == "remediation"}
+    missing += [f"no {what} yet" for source, what in SIGNAL_STORIES.items() if source not in signals]
+    if signals_left:
+        missing.append(f"{signals_left} fault signal(s) still to play")
+    return (not waiting and not missing), waiting + missing
 
 
 def _published(stack: Any) -> list[dict[str, Any]]:
@@ -148,8 +225,37 @@ def _published(stack: Any) -> list[dict[str, Any]]:
     return [dict(item.get("event", item)) for item in items]
 
 
-def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finished: bool, waiting: list[str]) -> int:
+def _signal_lines(record: Any) -> list[str]:
+    """Where a remediation's fault was seen, the source's own words and the policy row that matched."""
+    d = record.data or {}
+    signal = str(d.get("signal") or "npd")
+    row = str(d.get("policy_row") or "")
+    lines = [f"signal: {signal}; policy row: {row or '(the NPD condition ' + str(d.get('condition', '?')) + ')'}"]
+    if d.get("signal_detail"):
+        lines.append(f"detail: {str(d['signal_detail'])[:240]}")
+    return lines
+
+
+def _recorded(events: list[dict[str, Any]]) -> list[str]:
+    """The signals a policy row only recorded (``Steward.Remediation.SignalRecorded``), one line each."""
+    out = []
+    for e in events:
+        if e.get("type") != RECORDED_EVENT:
+            continue
+        d = e.get("data") or {}
+        out.append(f"{d.get('node', '?')} ({d.get('signal', '?')}, row {d.get('policy_row', '?')}): "
+                   f"{str(d.get('note') or '').splitlines()[0][:200] if d.get('note') else ''}")
+    return out
+
+
+def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finished: bool, waiting: list[str],
+           played: list[tuple[float, str]] | None = None) -> int:
     print("\n================ what happened ================\n")
+    if played:
+        print("Fault signals played (fleet time):")
+        for when, text in played:
+            print(f"  - {time.strftime('%H:%M:%S', time.gmtime(when))}  {text}")
+        print()
     for kind, title in (("pool-request", "Pool requests"), ("remediation", "Remediations"), ("migration", "Migrations")):
         print(f"{title}:")
         rows = sorted((r for (k, _), r in records.items() if k == kind), key=lambda r: r.created_at)
@@ -158,6 +264,8 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
         for r in rows:
             print(f"  - {_label(r)}: {r.state.upper()} — {_last_note(r)}")
             if kind == "remediation":
+                for line in _signal_lines(r):
+                    print(f"      {line}")
                 ladder = list(r.data.get("ladder") or [])
                 tried = ladder[: int(r.data.get("rung_index") or 0) + 1] if ladder else []
                 took = r.updated_at - r.created_at
@@ -185,6 +293,11 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
         print(f"(migration plan unavailable: {exc})\n")
     try:
         events = _published(stack)
+        recorded = _recorded(events)
+        print("Signals only recorded (policy rows that act on nothing):")
+        for line in recorded or ["(none)"]:
+            print(f"  - {line}")
+        print()
         counts = Counter(str(e.get("type")) for e in events)
         print("CloudEvents published:")
         for name, n in sorted(counts.items()):
@@ -229,10 +342,16 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     print("GPU fleet steward demo: starting Azurite, the fleet simulator and a local Functions host ...", flush=True)
-    with devstack.running(scenario=SCENARIO, profile=PROFILE, state_dir=state, hosts=1) as stack:
+    with devstack.running(scenario=SCENARIO, profile=PROFILE, state_dir=state, hosts=0) as stack:
+        # The workspace's endpoint carries the simulator's port: the DCGM settings join the profile
+        # here, and the host starts with all of them (as tests/e2e/test_dcgm_e2e.py does).
+        stack.settings.update(signal_settings(stack.endpoints))
+        stack.settings_path.write_text(json.dumps({"IsEncrypted": False, "Values": stack.settings}, indent=2))
+        stack.start_host("host-1")
         c = stack.endpoints["clock"]
         fleet_clock = clock_mod.ScaledClock(epoch_real=c["epoch_real"], epoch_sim=c["epoch_sim"], speed=c["speed"])
         clock_mod.use(fleet_clock)
+        player = SignalPlayer(stack, fleet_clock, start=float(c["epoch_sim"]))
         ctx = stack.context()
         print(f"  fleet: {len(stack.endpoints['clusters'])} clusters, clock x{c['speed']:g}; logs in {state}\n")
         stack.submit(VALID_REQUEST, team="ml-platform")
@@ -247,16 +366,17 @@ def main(argv: list[str] | None = None) -> int:
         finished, waiting = False, []
         records: dict[tuple[str, str], Any] = {}
         while time.monotonic() < deadline:
+            player.play_due()
             records = _snapshot(ctx)
             for key, r in sorted(records.items(), key=lambda kv: kv[1].updated_at):
                 if seen.get(key) != r.state:
                     seen[key] = r.state
                     _say(fleet_clock, f"{_label(r)} -> {r.state}: {_last_note(r)}")
-            finished, waiting = _finished(records)
+            finished, waiting = _finished(records, signals_left=len(player.pending))
             if finished:
                 break
-            time.sleep(1.0)
-        return report(stack, ctx, records, finished=finished, waiting=waiting)
+            time.sleep(min(1.0, player.wall_until_next()))
+        return report(stack, ctx, records, finished=finished, waiting=waiting, played=player.played)
 
 
 if __name__ == "__main__":

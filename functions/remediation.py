@@ -5,6 +5,7 @@ An admission nudges the reconciler through the nudge queue, so the cordon follow
 
 import azure.functions as func
 
+from functions import cloudevents
 from shared import entrypoints
 
 bp = func.Blueprint()
@@ -14,15 +15,6 @@ bp = func.Blueprint()
 @bp.event_grid_trigger(arg_name="event")
 @bp.queue_output(arg_name="nudge", queue_name="%NUDGE_QUEUE%", connection="AzureWebJobsStorage")
 def remediation_events(event: func.CloudEvent, nudge: func.Out[str]) -> None:
-    result = entrypoints.handle_gpu_event(
-        {
-            "id": event.id,
-            "source": event.source,
-            "type": event.type,
-            "subject": event.subject,
-            "time": event.time.isoformat() if event.time else None,
-            "data": event.get_json(),
-        }
-    )
+    result = entrypoints.handle_gpu_event(cloudevents.as_dict(event))
     if result.nudge:
         nudge.set(result.nudge)

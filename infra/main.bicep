@@ -66,6 +66,12 @@ param stewardPaused string = 'false'
 ])
 param migrationEnabled string = 'false'
 
+@description('DCGM error counters from Azure Monitor managed Prometheus (SIGNALS_PROMETHEUS, docs/signals-dcgm.md): a JSON object {"<cluster ARM id>": {"endpoint": "<workspace query endpoint>", "nodeLabel": "Hostname", "clusterLabel": "cluster"}}. Empty: no DCGM signal.')
+param signalsPrometheus string = ''
+
+@description('Azure Monitor workspace ids (/subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Monitor/accounts/<name>) that signalsPrometheus names: the app\'s identity gets Monitoring Data Reader on each (PromQL queries).')
+param prometheusWorkspaceIds array = []
+
 @description('Any other app settings to override (name: value), e.g. a policy or a schedule.')
 param settingOverrides object = {}
 
@@ -190,6 +196,8 @@ var stewardSettings = {
   REMEDIATION_POLL_S: '20'
   REMEDIATION_NODE_LEASE_S: '300'
   REMEDIATION_SWEEP_PAGE_SIZE: '500'
+  SIGNALS_PROMETHEUS: signalsPrometheus
+  SIGNALS_XID_OVERRIDES: ''
 }
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
@@ -274,6 +282,34 @@ module topic './core/eventgrid/topic.bicep' = {
     tags: tags
   }
 }
+
+// Azure Resource Health events (docs/signals-resource-health.md): one HealthResources system topic per
+// fleet subscription, in a resource group of that subscription; the event subscription to the
+// health_events function follows the code (scripts/postdeploy.sh, app/health-events-subscription.bicep).
+var healthResourceGroupName = '${abbrs.resourceGroups}${environmentName}-health'
+var healthTopicName = '${abbrs.eventGridTopics}health-${resourceToken}'
+
+module healthTopics './app/health-events-topic.bicep' = [for (sub, i) in fleetSubscriptions: {
+  name: 'health-events-topic-${i}'
+  scope: subscription(sub)
+  params: {
+    resourceGroupName: healthResourceGroupName
+    topicName: healthTopicName
+    location: location
+    tags: tags
+  }
+}]
+
+// Each system topic dead-letters with its own identity, into the same container as the app's topic.
+module healthDeadLetterAccess './app/deadletter-access.bicep' = [for (sub, i) in fleetSubscriptions: {
+  name: 'health-deadletter-access-${i}'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    containerName: deadLetterContainerName
+    topicPrincipalId: healthTopics[i].outputs.principalId
+  }
+}]
 
 // The topic dead-letters with its own identity, which may write only the dead-letter container.
 module deadLetterAccess './app/deadletter-access.bicep' = {
@@ -384,6 +420,16 @@ module linkedAccess './app/linked-access.bicep' = [for (groupId, i) in linkedRes
   }
 }]
 
+// DCGM error counters: read access to each Azure Monitor workspace the sweep queries (docs/signals-dcgm.md).
+module prometheusAccess './app/prometheus-access.bicep' = [for (workspaceId, i) in prometheusWorkspaceIds: {
+  name: 'steward-prometheus-${i}'
+  scope: resourceGroup(split(workspaceId, '/')[2], split(workspaceId, '/')[4])
+  params: {
+    workspaceName: last(split(workspaceId, '/'))
+    principalId: identity.outputs.principalId
+  }
+}]
+
 output AZURE_LOCATION string = location
 output AZURE_TENANT_ID string = tenant().tenantId
 output AZURE_RESOURCE_GROUP string = rg.name
@@ -397,5 +443,10 @@ output TEAM_REQUESTS_QUEUE_ENDPOINT string = teamStorage.outputs.queueEndpoint
 output DEADLETTER_CONTAINER_NAME string = deadLetterContainerName
 output EVENTGRID_TOPIC_NAME string = topic.outputs.name
 output EVENTGRID_TOPIC_ENDPOINT string = topic.outputs.endpoint
+output HEALTH_FLEET_SUBSCRIPTIONS string = join(fleetSubscriptions, ' ')
+output HEALTH_RESOURCE_GROUP string = healthResourceGroupName
+output HEALTH_TOPIC_NAME string = healthTopicName
+output AZURE_FUNCTION_APP_ID string = api.outputs.id
+output STORAGE_ACCOUNT_ID string = storage.outputs.id
 output STEWARD_ROLE_DEFINITION_GUID string = stewardRole.outputs.roleDefinitionGuid
 output STEWARD_KUBERNETES_ROLE_DEFINITION_GUID string = kubernetesRole.outputs.roleDefinitionGuid

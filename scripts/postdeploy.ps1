@@ -38,4 +38,31 @@ for ($attempt = 1; ; $attempt++) {
     Write-Warning "postdeploy: attempt $attempt failed (is the function indexed yet?); retrying in ${delay}s"
     Start-Sleep -Seconds $delay
 }
+# Azure Resource Health events: one subscription per fleet subscription on its HealthResources system topic
+# (infra/app/health-events-subscription.bicep); needs subscribeToHealthResources/action (docs/signals-resource-health.md).
+if ($env:HEALTH_TOPIC_NAME -and $env:HEALTH_FLEET_SUBSCRIPTIONS) {
+    $healthTemplate = Join-Path $PSScriptRoot '..' 'infra' 'app' 'health-events-subscription.bicep'
+    foreach ($fleetSub in ($env:HEALTH_FLEET_SUBSCRIPTIONS -split ' ' | Where-Object { $_ })) {
+        Write-Host "postdeploy: subscribing function health_events to the HealthResources topic of subscription $fleetSub"
+        for ($attempt = 1; ; $attempt++) {
+            az deployment group create `
+              --name health-events-subscription `
+              --subscription $fleetSub `
+              --resource-group $env:HEALTH_RESOURCE_GROUP `
+              --template-file $healthTemplate `
+              --parameters `
+                topicName=$env:HEALTH_TOPIC_NAME `
+                functionAppId=$env:AZURE_FUNCTION_APP_ID `
+                storageAccountId=$env:STORAGE_ACCOUNT_ID `
+                deadLetterContainerName=$env:DEADLETTER_CONTAINER_NAME `
+              --only-show-errors `
+              --output none
+            if ($LASTEXITCODE -eq 0) { break }
+            if ($attempt -ge $attempts) {
+                throw "postdeploy: the health events subscription of $fleetSub could not be created after $attempts attempts; re-run it with 'azd hooks run postdeploy'"
+            }
+            Start-Sleep -Seconds $delay
+        }
+    }
+}
 Write-Host 'postdeploy: done'

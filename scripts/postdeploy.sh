@@ -49,4 +49,38 @@ while :; do
   attempt=$((attempt + 1))
   sleep "$delay"
 done
+# Azure Resource Health events: one subscription per fleet subscription, on its HealthResources system
+# topic (infra/app/health-events-subscription.bicep). Needs, for whoever runs this hook,
+# Microsoft.ResourceNotifications/systemTopics/subscribeToHealthResources/action on each fleet subscription
+# (docs/signals-resource-health.md). Skipped when provision predates the health topics.
+if [ -n "${HEALTH_TOPIC_NAME:-}" ] && [ -n "${HEALTH_FLEET_SUBSCRIPTIONS:-}" ]; then
+  health_template="$here/../infra/app/health-events-subscription.bicep"
+  for fleet_sub in $HEALTH_FLEET_SUBSCRIPTIONS; do
+    echo "postdeploy: subscribing function health_events to the HealthResources topic of subscription $fleet_sub"
+    attempt=1
+    while :; do
+      if az deployment group create \
+          --name health-events-subscription \
+          --subscription "$fleet_sub" \
+          --resource-group "$HEALTH_RESOURCE_GROUP" \
+          --template-file "$health_template" \
+          --parameters \
+            topicName="$HEALTH_TOPIC_NAME" \
+            functionAppId="$AZURE_FUNCTION_APP_ID" \
+            storageAccountId="$STORAGE_ACCOUNT_ID" \
+            deadLetterContainerName="$DEADLETTER_CONTAINER_NAME" \
+          --only-show-errors \
+          --output none; then
+        break
+      fi
+      if [ "$attempt" -ge "$attempts" ]; then
+        echo "postdeploy: the health events subscription of $fleet_sub could not be created after $attempts attempts;" \
+             "re-run it with 'azd hooks run postdeploy'" >&2
+        exit 1
+      fi
+      attempt=$((attempt + 1))
+      sleep "$delay"
+    done
+  done
+fi
 echo "postdeploy: done"

@@ -9,7 +9,7 @@ runs).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -126,13 +126,28 @@ class GpuEventResult:
 
 def handle_gpu_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEventResult:
     """Admit or refuse a remediation for a ``Steward.GpuNode.Unhealthy`` CloudEvent."""
-    from shared.kernel import telemetry
     from shared.remediation import admission
+
+    return _handle_fault_event(event, admission.handle_event, ctx)
+
+
+def handle_health_event(event: dict[str, Any], ctx: Context | None = None) -> GpuEventResult:
+    """Admit, record or refuse what an Azure Resource Health (HealthResources) CloudEvent claims."""
+    from shared.remediation import health_events
+
+    return _handle_fault_event(event, health_events.handle, ctx)
+
+
+def _handle_fault_event(event: dict[str, Any], handler: Callable[[dict[str, Any], Context], Any],
+                        ctx: Context | None) -> GpuEventResult:
+    """Run ``handler`` under the event's correlation id; nudge the reconciler when it admitted a remediation."""
+    from shared.kernel import telemetry
+    from shared.remediation.admission import Handling
 
     context = _ctx(ctx)
     with telemetry.correlation(str(event.get("id") or "") or None):
-        handled = admission.handle_event(event, context)
-    admitted = handled.outcome is admission.Handling.ADMITTED
+        handled = handler(event, context)
+    admitted = handled.outcome is Handling.ADMITTED
     return GpuEventResult(outcome=handled.detail, nudge=f"remediation:{event.get('id')}" if admitted else None)
 
 

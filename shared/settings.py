@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from shared.migration.policy import MigrationPolicy
     from shared.pools.policy import PoolRequestPolicy
     from shared.pools.teams import Team
+    from shared.remediation.dcgm_config import PrometheusTarget
     from shared.remediation.policy import RemediationPolicy
 
 __all__ = ["PLATFORM_SETTINGS", "SettingError", "Settings", "load"]
@@ -165,6 +166,9 @@ class Settings:
     remediation: RemediationPolicy | None = None
     migration: MigrationPolicy | None = None
     drain: DrainSettings = field(default_factory=DrainSettings)  # the pod rules, bounds and default pace of every drain
+    # SIGNALS_PROMETHEUS: lower-case cluster id -> where its DCGM series are (shared.remediation.dcgm_config)
+    signals_prometheus: Mapping[str, PrometheusTarget] = field(default_factory=dict)
+    xid_overrides: Mapping[int, str] = field(default_factory=dict)  # SIGNALS_XID_OVERRIDES (signal_policy)
 
     @property
     def arm_scope(self) -> str:
@@ -189,6 +193,10 @@ class Settings:
                 out[f.name] = {t.name: t.describe() for t in value}
             elif f.name in ("pool_requests", "remediation", "migration", "drain"):
                 out[f.name] = _describe_policy(value)
+            elif f.name == "signals_prometheus":
+                out[f.name] = {t.cluster_id: t.endpoint for t in value.values()}
+            elif f.name == "xid_overrides":
+                out[f.name] = {str(k): v for k, v in value.items()}
             elif isinstance(value, tuple):
                 out[f.name] = list(value)
             else:
@@ -296,7 +304,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     # The policies are owned by the modules that apply them; their from_env validates their settings.
     from shared.migration import policy as migration_policy
     from shared.pools import policy as pool_policy
+    from shared.remediation import dcgm_config, signal_policy
     from shared.remediation import policy as remediation_policy
+
+    signals_prometheus = dcgm_config.parse_targets(env_str("SIGNALS_PROMETHEUS", "", env=env), subscriptions=subscriptions)
+    xid_overrides = signal_policy.parse_xid_overrides(env_str("SIGNALS_XID_OVERRIDES", "", env=env))
 
     return Settings(
         subscriptions=subscriptions,
@@ -333,4 +345,6 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         remediation=remediation_policy.RemediationPolicy.from_env(env),
         migration=migration_policy.MigrationPolicy.from_env(env),
         drain=DrainSettings.from_env(env),
+        signals_prometheus=signals_prometheus,
+        xid_overrides=xid_overrides,
     )

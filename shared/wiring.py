@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from shared.fleet.gate import Gate
     from shared.kernel.clock import Clock
     from shared.kernel.context import Context
-    from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, KubePort
+    from shared.kernel.ports import AksPort, ClusterInfo, ComputePort, KubePort, MetricsPort
     from shared.kernel.telemetry import Telemetry
     from shared.settings import Settings
 
@@ -41,8 +41,10 @@ class FleetAccess:
 
     def __init__(self, settings: Settings, *, credential: TokenCredential | None = None, clock: Clock | None = None,
                  aks: AksPort | None = None, compute: ComputePort | None = None,
-                 kube_factory: Callable[[str], KubePort] | None = None) -> None:
-        """``aks``/``compute``/``kube_factory`` replace the real adapters (tests): they are gated all the same."""
+                 kube_factory: Callable[[str], KubePort] | None = None,
+                 metrics_factory: Callable[[str], MetricsPort] | None = None) -> None:
+        """``aks``/``compute``/``kube_factory``/``metrics_factory`` replace the real adapters (tests): they are
+        gated all the same."""
         self._settings = settings
         self._credential = credential
         self._clock = clock
@@ -50,6 +52,8 @@ class FleetAccess:
         self._compute = compute
         self._kube_factory = kube_factory
         self._kube: dict[str, KubePort] = {}
+        self._metrics_factory = metrics_factory
+        self._metrics: dict[str, MetricsPort] = {}
         self._scope: dict[str, tuple[float, bool, str]] = {}
         self._lock = threading.RLock()
         self._gate: Gate | None = None
@@ -94,8 +98,8 @@ class FleetAccess:
             if self._gated_aks is None:
                 from shared.fleet.gate import GatedAks
 
-                self._gated_aks = GatedAks(self._raw_aks(), gate)  # type: ignore[assignment]
-            return self._gated_aks  # type: ignore[return-value]
+                self._gated_aks = GatedAks(self._raw_aks(), gate)
+            return self._gated_aks
 
     def compute(self) -> ComputePort:
         """The Compute adapter; a VM action passes the gate (scope, pause, the VM's node resource group)."""
@@ -108,8 +112,8 @@ class FleetAccess:
                     from shared.adapters.compute import ComputeClient
 
                     self._compute = ComputeClient(self.credential(), self._settings, clock=self._clock)
-                self._gated_compute = GatedCompute(self._compute, gate)  # type: ignore[assignment]
-            return self._gated_compute  # type: ignore[return-value]
+                self._gated_compute = GatedCompute(self._compute, gate)
+            return self._gated_compute
 
     def check_scope(self, cluster_id: str) -> None:
         """Raise Forbidden unless ``cluster_id`` is in the fleet scope (tags re-read every few minutes)."""
@@ -158,9 +162,34 @@ class FleetAccess:
             raw = KubeClient(kubeconfig, self.credential(), server_app_id=self._settings.aks_server_app_id,
                              ca_bundle=self._settings.ca_bundle, clock=self._clock, cluster_id=cluster_id,
                              namespace=self._settings.namespace)
-        made: KubePort = GatedKube(raw, self.gate, cluster_id)  # type: ignore[assignment]
+        made: KubePort = GatedKube(raw, self.gate, cluster_id)
         with self._lock:
             return self._kube.setdefault(key, made)
+
+    def metrics(self, endpoint: str) -> MetricsPort:
+        """The PromQL port of an Azure Monitor workspace that SIGNALS_PROMETHEUS names (Forbidden for any
+        other URL: the app never sends its token where the operator did not point it), with a token for
+        ``https://prometheus.monitor.azure.com`` from the app's identity (role: Monitoring Data Reader)."""
+        key = endpoint.rstrip("/").lower()
+        if key not in {t.endpoint.lower() for t in self._settings.signals_prometheus.values()}:
+            raise Forbidden(f"{endpoint} is not a workspace query endpoint of SIGNALS_PROMETHEUS")
+        with self._lock:
+            client = self._metrics.get(key)
+        if client is not None:
+            return client
+        if self._metrics_factory is not None:
+            made = self._metrics_factory(endpoint)
+        else:
+            import urllib3
+
+            from shared.adapters.kube.auth import BearerTokens
+            from shared.adapters.prometheus import AZURE_MONITOR_PROMETHEUS_RESOURCE, PrometheusClient, PrometheusMetrics
+
+            tokens = BearerTokens(self.credential(), AZURE_MONITOR_PROMETHEUS_RESOURCE + "/.default")
+            pool = urllib3.PoolManager(retries=False, ca_certs=self._settings.ca_bundle or None)
+            made = PrometheusMetrics(PrometheusClient(endpoint.rstrip("/"), tokens.get, pool=pool))
+        with self._lock:
+            return self._metrics.setdefault(key, made)
 
     def clusters(self) -> list[ClusterInfo]:
         """The clusters in scope now (shared.fleet.scope.discover)."""

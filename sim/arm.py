@@ -68,6 +68,10 @@ from sim.arm_reads import (
 from sim.arm_validation import PoolValidation, check_linked_authorization
 from sim.http import Request, Response
 from sim.lro import AKS_PROVIDER, COMPUTE_PROVIDER, Operation, Operations
+from sim.resource_health import API_VERSIONS as RESOURCE_HEALTH_API_VERSIONS
+from sim.resource_health import ROUTE as HEALTH_ROUTE
+from sim.resource_health import ROUTE_PATTERN as HEALTH_ROUTE_PATTERN
+from sim.resource_health import ResourceHealthReads
 from sim.tokens import ARM_AUDIENCES
 
 # the names other modules import from here (their homes are the modules above)
@@ -105,6 +109,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
                                         r"/operationresults/(?P<op>[^/]+)", ("GET",)),
         ("vm_action", _RG + r"/providers/microsoft\.compute/virtualmachinescalesets/(?P<vmss>[^/]+)"
                             r"/virtualmachines/(?P<instance>[^/]+)/(?P<action>restart|reimage)", ("POST",)),
+        (HEALTH_ROUTE, _RG + HEALTH_ROUTE_PATTERN, ("GET",)),
         ("compute_operation", _SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)"
                                      r"/operations/(?P<op>[^/]+)", ("GET",)),
         ("features", _SUB + r"/providers/microsoft\.features/providers/(?P<ns>[^/]+)/features", ("GET",)),
@@ -127,7 +132,7 @@ def _route(path: str) -> tuple[str, dict[str, str], tuple[str, ...]] | None:
 # --------------------------------------------------------------------------- handler
 
 
-class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features):
+class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthReads):
     """``handle(request) -> Response`` for everything under ``/subscriptions/``: authentication,
     authorization, routing and operations here; the routes themselves in its parts
     (:mod:`sim.arm_reads`, :mod:`sim.arm_validation`, :mod:`sim.arm_pools`, :mod:`sim.arm_features`)."""
@@ -201,10 +206,11 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features):
             raise ArmError(405, "MethodNotAllowed",
                            f"The requested resource does not support http method '{request.method}'.")
         compute = name in ("vm_action", "compute_operation")
-        self._check_api_version(request, compute=compute, features=name.startswith("feature"))
+        self._check_api_version(request, compute=compute, features=name.startswith("feature"),
+                                health=name == HEALTH_ROUTE)
         self._authorize(request, verdict, name, params)
         cluster_name = params.get("cluster")
-        if name == "vm_action":
+        if name in ("vm_action", HEALTH_ROUTE):
             c = self._cluster_by_node_rg(params["sub"], params["rg"])
             cluster_name = c.name if c is not None else None
         faults = getattr(self.fleet, "faults", None)
@@ -270,12 +276,15 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features):
                            headers=challenge)
         return verdict
 
-    def _check_api_version(self, request: Request, *, compute: bool, features: bool = False) -> None:
+    def _check_api_version(self, request: Request, *, compute: bool, features: bool = False,
+                           health: bool = False) -> None:
         version = request.arg("api-version")
         if not version:
             raise ArmError(400, "MissingApiVersionParameter",
                            "The api-version query parameter (?api-version=) is required for all requests.")
         supported = FEATURES_API_VERSIONS if features else COMPUTE_API_VERSIONS if compute else tuple(AKS_API_VERSIONS)
+        if health:
+            supported = RESOURCE_HEALTH_API_VERSIONS
         if version not in supported:
             raise ArmError(400, "InvalidApiVersionParameter",
                            f"The api-version '{version}' is invalid. The supported versions are "

@@ -58,6 +58,7 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("feature", "GET"): "Microsoft.Features/features/read",
     ("feature_action", "POST"): "Microsoft.Features/providers/features/{action}/action",
     ("vm_action", "POST"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/{action}/action",
+    ("vm_availability", "GET"): "Microsoft.ResourceHealth/availabilityStatuses/read",
 }
 # Polling a long-running operation's status (…/locations/<loc>/operations/<id>) is not checked here:
 # ARM authorizes it for the principal that started the operation (the URL carries a signature of the

@@ -70,7 +70,7 @@ class ControlApi:
                                                      "/_sim/faults", "/_sim/quota", "/_sim/capacity",
                                                      "/_sim/workloads", "/_sim/advance", "/_sim/token",
                                                      "/_sim/lock", "/_sim/spot-evict", "/_sim/rbac",
-                                                     "/_sim/kubelet"]})
+                                                     "/_sim/kubelet", "/_sim/resource-health", "/_sim/dcgm"]})
         if key == ("GET", "/oracles"):
             report = fleet.oracles.report()
             faults = getattr(fleet, "faults", None)
@@ -179,6 +179,20 @@ class ControlApi:
             cluster.node_rg_locked = bool(body["locked"])
             return Response.json(200, {"cluster": cluster.name, "node_resource_group": cluster.node_resource_group,
                                        "locked": cluster.node_rg_locked})
+        if sub.startswith("/resource-health"):
+            # Azure Resource Health on a node's VM: a state change and its HealthResources events (sim/resource_health.py).
+            from sim import resource_health
+
+            answered = resource_health.control(fleet, method, sub, body, _cluster)
+            if answered is not None:
+                return answered
+        if sub == "/dcgm" or sub.startswith("/dcgm/"):
+            # DCGM faults on a node's GPU and the workspace's outages (sim/dcgm.py)
+            dcgm = self.handlers.get("dcgm")
+            if dcgm is None or not hasattr(dcgm, "control"):
+                return _err(503, "sim.dcgm is not available")
+            answer: Response = dcgm.control(method, sub, body)
+            return answer
         if key == ("POST", "/token"):
             audience = str((body or {}).get("audience", ""))
             if fleet.tokens.normalise_audience(audience) not in {fleet.tokens.normalise_audience(a)

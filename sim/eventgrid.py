@@ -87,7 +87,7 @@ class EventGridApi:
 
     @property
     def published(self) -> list[dict[str, Any]]:
-        return [e for _, e in self.state.events]
+        return [e for seq, (_, e) in enumerate(self.state.events) if seq not in self.state.system]
 
     def _now(self) -> float:
         return float(self.fleet.clock.now())
@@ -286,7 +286,8 @@ class EventGridApi:
 
     def _published(self, request: Request) -> Response:
         with self.fleet.lock:
-            events = [{"received_at": at, "event": e} for at, e in self.state.events]
+            events = [{"received_at": at, "event": e} for seq, (at, e) in enumerate(self.state.events)
+                      if seq not in self.state.system]
         return Response.json(200, {"events": events})
 
 
@@ -294,6 +295,23 @@ class EventGridApi:
 class _TopicState:
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     subscribers: dict[str, _Subscriber] = field(default_factory=dict)
+    # Sequence numbers of events a system topic raised (Azure's, e.g. HealthResources): delivered through the
+    # same feed to the subscribers whose types include them, never counted as published by the app.
+    system: set[int] = field(default_factory=set)
+
+
+def deliver_system_event(fleet: Any, event: dict[str, Any]) -> None:
+    """Enqueue an event an Azure system topic raised (sim/resource_health.py) for delivery through the feed.
+
+    One feed stands for every topic: a subscriber's ``types`` filter (its subscription's
+    ``includedEventTypes``) decides who receives it, as each system topic's own subscriptions would."""
+    problem = _cloud_event_problem(event)
+    if problem:
+        raise ValueError(f"not a CloudEvent 1.0: {problem}")
+    api = EventGridApi(fleet)
+    with fleet.lock:
+        api.state.system.add(len(api.state.events))
+        api.state.events.append((float(fleet.clock.now()), dict(event)))
 
 
 def _cloud_event_problem(event: Any) -> str | None:

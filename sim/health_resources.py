@@ -24,7 +24,8 @@ the target resource id (the documented examples use the VM's id), ``type``, ``ti
 the summary and writes a short reason of its own. The app must decide from ``annotationName``,
 ``context`` and ``category``, never from those texts.
 
-Not wired to the simulator's Event Grid feed yet (issue 13 groundwork).
+Wired by sim/resource_health.py: per-VM state, the ARM availability route, and delivery through the
+Event Grid feed (``POST /_sim/resource-health``).
 """
 
 from __future__ import annotations

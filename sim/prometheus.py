@@ -24,7 +24,9 @@ What it models, and from where:
   (503 timeout), ``throttle_retry_after`` (429 + Retry-After), ``slow_s`` (answer late),
   ``warning`` (a success that says it is partial, as a server that could not reach all its data does).
 
-Not wired into sim/server.py yet (issue 13 groundwork).
+Served by the simulator through :mod:`sim.dcgm`, which keeps these series in step with the simulated
+nodes (``/prometheus/<workspace>/api/v1/query``). Series of a cluster carry the ``cluster`` label
+(the label the Azure Monitor metrics addon adds to what it scrapes) when added with ``cluster=``.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from sim.http import Request, Response
+from sim.tokens import PROMETHEUS_AUDIENCES
 
-PROMETHEUS_AUDIENCES = ("https://prometheus.monitor.azure.com", "https://prometheus.monitor.azure.com/")
+__all__ = ["PROMETHEUS_AUDIENCES", "PrometheusApi", "PrometheusModel", "PromQLError", "format_value", "parse"]
+
 QUERY_PATH = "/api/v1/query"
 AGGREGATIONS = ("max", "min", "sum", "count")
 DEFAULT_NODE_LABEL = "Hostname"
@@ -65,6 +69,8 @@ class Gpu:
     model: str = DEFAULT_MODEL
     pod: tuple[str, str, str] = ("", "", "")  # (namespace, pod, container) of the pod mapping
     values: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ERROR_COUNTERS, 0.0))
+    cluster: str = ""  # the ``cluster`` label's value ("" : no such label)
+    storm: int = 0  # failing memory: this many double-bit errors again after every reset (ecc_storm persist=True)
 
 
 class PrometheusModel:
@@ -75,7 +81,7 @@ class PrometheusModel:
             raise ValueError(f"{node_label!r} is not a Prometheus label name")
         self.node_label = node_label
         self.driver_version = driver_version
-        self._gpus: dict[tuple[str, int], Gpu] = {}
+        self._gpus: dict[tuple[str, str, int], Gpu] = {}  # (cluster, node, index)
         self._lock = threading.Lock()
         self.outage = False
         self.query_timeout = False
@@ -84,46 +90,61 @@ class PrometheusModel:
         self.warning: str | None = None
         self.queries: list[str] = []
 
-    def add_node(self, node: str, gpus: int = 8, *, model: str = DEFAULT_MODEL) -> None:
+    def add_node(self, node: str, gpus: int = 8, *, model: str = DEFAULT_MODEL, cluster: str = "") -> None:
         with self._lock:
             for i in range(gpus):
-                uuid = f"GPU-{zlib.crc32(node.encode()):08x}-0000-4000-8000-{i:012x}"
-                self._gpus[(node, i)] = Gpu(node, i, uuid, model)
+                uuid = f"GPU-{zlib.crc32(f'{cluster}/{node}'.encode()):08x}-0000-4000-8000-{i:012x}"
+                self._gpus[(cluster, node, i)] = Gpu(node, i, uuid, model, cluster=cluster)
 
-    def remove_node(self, node: str) -> None:
+    def nodes(self) -> set[tuple[str, str]]:
+        """(cluster, node) of every node with series."""
+        with self._lock:
+            return {(c, n) for c, n, _ in self._gpus}
+
+    def remove_node(self, node: str, *, cluster: str = "") -> None:
         """The node (or its exporter) is gone: its series vanish, which must never read as healthy."""
         with self._lock:
-            for key in [k for k in self._gpus if k[0] == node]:
+            for key in [k for k in self._gpus if k[:2] == (cluster, node)]:
                 del self._gpus[key]
 
-    def set(self, node: str, gpu: int, metric: str, value: float) -> None:
+    def set(self, node: str, gpu: int, metric: str, value: float, *, cluster: str = "") -> None:
         with self._lock:
-            self._gpu(node, gpu).values[metric] = float(value)
+            self._gpu(cluster, node, gpu).values[metric] = float(value)
 
-    def inject_xid(self, node: str, gpu: int, xid: int) -> None:
+    def inject_xid(self, node: str, gpu: int, xid: int, *, cluster: str = "") -> None:
         """The driver logged ``xid`` on that GPU (the gauge keeps the last one)."""
-        self.set(node, gpu, "DCGM_FI_DEV_XID_ERRORS", xid)
+        self.set(node, gpu, "DCGM_FI_DEV_XID_ERRORS", xid, cluster=cluster)
 
-    def ecc_storm(self, node: str, gpu: int, dbe: int = 4) -> None:
-        """Double-bit ECC errors: volatile and lifetime counters grow, a row remap waits for a reset."""
+    def ecc_storm(self, node: str, gpu: int, dbe: int = 4, *, cluster: str = "", persist: bool = False) -> None:
+        """Double-bit ECC errors: volatile and lifetime counters grow, a row remap waits for a reset.
+        ``persist``: the memory is failing, so the errors come back after every reset (reboot)."""
         with self._lock:
-            v = self._gpu(node, gpu).values
-            v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] += dbe
-            v["DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"] += dbe
-            v["DCGM_FI_DEV_ROW_REMAP_PENDING"] = 1.0
-            v["DCGM_FI_DEV_XID_ERRORS"] = 48.0
+            g = self._gpu(cluster, node, gpu)
+            g.storm = dbe if persist else 0
+            self._storm(g, dbe)
 
-    def reboot(self, node: str) -> None:
-        """A reboot reloads the driver: the last XID, volatile counts and pending remaps reset."""
+    @staticmethod
+    def _storm(g: Gpu, dbe: int) -> None:
+        v = g.values
+        v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] += dbe
+        v["DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"] += dbe
+        v["DCGM_FI_DEV_ROW_REMAP_PENDING"] = 1.0
+        v["DCGM_FI_DEV_XID_ERRORS"] = 48.0
+
+    def reboot(self, node: str, *, cluster: str = "") -> None:
+        """A reboot reloads the driver: the last XID, volatile counts and pending remaps reset (and a
+        failing memory's errors start again)."""
         with self._lock:
-            for (n, _), gpu in self._gpus.items():
-                if n == node:
+            for (c, n, _), gpu in self._gpus.items():
+                if (c, n) == (cluster, node):
                     for metric in _RESET_AT_REBOOT:
                         gpu.values[metric] = 0.0
+                    if gpu.storm:
+                        self._storm(gpu, gpu.storm)
 
-    def _gpu(self, node: str, gpu: int) -> Gpu:
+    def _gpu(self, cluster: str, node: str, gpu: int) -> Gpu:
         try:
-            return self._gpus[(node, gpu)]
+            return self._gpus[(cluster, node, gpu)]
         except KeyError:
             raise KeyError(f"no GPU {gpu} on node {node!r} (add_node first)") from None
 
@@ -136,7 +157,7 @@ class PrometheusModel:
                 base = {"gpu": str(gpu.index), "UUID": gpu.uuid, "pci_bus_id": f"00000000:{gpu.index + 1:02X}:00.0",
                         "device": f"nvidia{gpu.index}", "modelName": gpu.model, self.node_label: gpu.node,
                         "DCGM_FI_DRIVER_VERSION": self.driver_version, "container": container,
-                        "namespace": namespace, "pod": pod}
+                        "namespace": namespace, "pod": pod, **({"cluster": gpu.cluster} if gpu.cluster else {})}
                 for metric, value in gpu.values.items():
                     out.append(({"__name__": metric, **base}, value))
         return out

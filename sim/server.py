@@ -232,8 +232,11 @@ class SimServer:
         self.arm = _load("sim.arm", "ArmApi", fleet)
         self.eventgrid = _load("sim.eventgrid", "EventGridApi", fleet)
         self.identity = _load("sim.identity", "IdentityApi", fleet)
-        self.control.handlers = {"arm": self.arm, "eventgrid": self.eventgrid, "identity": self.identity}
+        self.dcgm = _load("sim.dcgm", "FleetDcgm", fleet)  # the Azure Monitor workspace's PromQL endpoint
+        self.control.handlers = {"arm": self.arm, "eventgrid": self.eventgrid, "identity": self.identity,
+                                 "dcgm": self.dcgm}
         https_routes = Routes(fleet, [("/subscriptions/", "arm", self.arm), ("/providers/", "arm", self.arm),
+                                      ("/prometheus/", "prometheus", self.dcgm),
                                       ("/k8s/", "kube", self.kube), ("/eventgrid/", "eventgrid", self.eventgrid),
                                       ("/_sim/", "control", self.control), ("/_sim", "control", self.control)])
         http_routes = Routes(fleet, [("/_sim/", "control", self.control), ("/", "identity", self.identity)])

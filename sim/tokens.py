@@ -29,7 +29,9 @@ ARM_AUDIENCES = ("https://management.azure.com/", "https://management.azure.com"
 AKS_AUDIENCES = ("6dae42f8-4368-4678-94ff-3960e28e3630",)
 EVENTGRID_AUDIENCES = ("https://eventgrid.azure.net", "https://eventgrid.azure.net/")
 STORAGE_AUDIENCES = ("https://storage.azure.com", "https://storage.azure.com/")
-KNOWN_AUDIENCES = ARM_AUDIENCES + AKS_AUDIENCES + EVENTGRID_AUDIENCES + STORAGE_AUDIENCES
+# Azure Monitor workspace query endpoints (PromQL): sim/prometheus.py, sim/dcgm.py
+PROMETHEUS_AUDIENCES = ("https://prometheus.monitor.azure.com", "https://prometheus.monitor.azure.com/")
+KNOWN_AUDIENCES = ARM_AUDIENCES + AKS_AUDIENCES + EVENTGRID_AUDIENCES + STORAGE_AUDIENCES + PROMETHEUS_AUDIENCES
 
 
 def _b64(data: bytes) -> str:

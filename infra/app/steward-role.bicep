@@ -23,6 +23,7 @@ var actions = [
   'Microsoft.ContainerService/managedClusters/listClusterUserCredential/action'
   'Microsoft.ContainerService/managedClusters/maintenanceConfigurations/read'
   'Microsoft.ContainerService/managedClusters/read'
+  'Microsoft.ResourceHealth/availabilityStatuses/read'
 ]
 
 // Linked resources: an agent-pool write naming a subnet (vnetSubnetID, podSubnetID), a public IP

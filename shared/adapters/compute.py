@@ -8,7 +8,7 @@ get their own error types (shared.kernel.errors), decided by ARM's error code: a
 resource group lockdown) is :class:`VmActionDenied`, an action the VM cannot take now (409 ``OperationNotAllowed``, e.g. a
 deallocated spot VM) is :class:`VmActionImpossible`. The ladder escalates a denied action to the AKS
 API; an impossible one only when the node shows its VM cannot act (shut down, or not registered),
-otherwise it waits as for a busy VM (shared/remediation/core.py ``_issue_vm_action``).
+otherwise it waits as for a busy VM (shared/remediation/vm_actions.py ``_issue``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from shared.adapters.arm import arm_client_options, arm_error_code_and_message, map_arm_error
+from shared.adapters.arm import arm_client_options, arm_error_code_and_message, call_arm, map_arm_error
 from shared.adapters.permissions import requires_arm
 from shared.kernel import retry
 from shared.kernel.errors import Invalid, VmActionDenied, VmActionImpossible
+from shared.kernel.ports import AvailabilityView
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -36,6 +37,15 @@ _VMSS_VM_ID = re.compile(
     r"/providers/microsoft\.compute/virtualmachinescalesets/(?P<vmss>[^/]+)/virtualmachines/(?P<instance>[^/]+)/?$",
     re.IGNORECASE,
 )
+
+# A VMSS VM or a standalone VM (node auto-provisioning): what Resource Health is asked about.
+_ANY_VM_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/[^/]+/providers/microsoft\.compute/"
+    r"(?:virtualmachinescalesets/[^/]+/virtualmachines/[^/]+|virtualmachines/[^/]+)/?$",
+    re.IGNORECASE,
+)
+RESOURCE_HEALTH_API_VERSION = "2025-05-01"
+"""Microsoft.ResourceHealth's stable api-version (azure-rest-api-specs .../ResourceHealth/examples/2025-05-01)."""
 
 
 # 403 codes meaning "this identity may not act on this VM": missing RBAC (AuthorizationFailed), a deny
@@ -115,6 +125,38 @@ class ComputeClient:
         client = self._client(sub)
         self._run(lambda: client.virtual_machine_scale_set_vms.begin_restart(rg, vmss, instance, polling=False),
                   what=f"restart {vm_resource_id}")
+
+    @requires_arm("Microsoft.ResourceHealth/availabilityStatuses/read")
+    def get_availability(self, vm_resource_id: str) -> AvailabilityView:
+        """``GET {vm}/providers/Microsoft.ResourceHealth/availabilityStatuses/current`` (AvailabilityStatuses_GetByResource:
+        Azure/azure-rest-api-specs specification/resourcehealth/resource-manager/Microsoft.ResourceHealth/ResourceHealth/
+        AvailabilityStatus.tsp; https://learn.microsoft.com/rest/api/resourcehealth/availability-statuses/get-by-resource).
+
+        No SDK of ours covers Microsoft.ResourceHealth, so the request goes through the Compute client's
+        pipeline (same endpoint, credential, CA bundle and no retries of its own); a read, so a 403 is
+        Forbidden (shared.adapters.arm), not a VmActionDenied.
+        """
+        from azure.core.rest import HttpRequest
+
+        match = _ANY_VM_ID.match(vm_resource_id.strip())
+        if not match:
+            raise Invalid(f"not a VM resource id: {vm_resource_id!r}", code="InvalidResourceId")
+        client = self._client(match["sub"])
+        url = f"{vm_resource_id.strip().rstrip('/')}/providers/Microsoft.ResourceHealth/availabilityStatuses/current"
+
+        def read() -> Any:
+            response = client.send_request(HttpRequest("GET", url, params={"api-version": RESOURCE_HEALTH_API_VERSION}))
+            response.raise_for_status()
+            return response.json()
+
+        from shared.kernel import clock as clocks
+
+        body = retry.call(call_arm, read, what=f"availability of {vm_resource_id}", clock=self._clock or clocks.current(),
+                          attempts=self._attempts, max_delay=self._max_delay)
+        props = (body or {}).get("properties") or {}
+        return AvailabilityView(state=str(props.get("availabilityState") or "Unknown"), summary=str(props.get("summary") or ""),
+                                reason_type=str(props.get("reasonType") or ""),
+                                occurred=str(props.get("occuredTime") or props.get("occurredTime") or ""))
 
     @requires_arm("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/reimage/action")
     def begin_reimage(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:

@@ -32,7 +32,7 @@ def credential_for(client_id: str | None, *, managed_identity: bool = False) -> 
     with _lock:
         cached = _credentials.get(key)
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         if use_managed:
             from azure.identity import ManagedIdentityCredential
 
@@ -42,7 +42,7 @@ def credential_for(client_id: str | None, *, managed_identity: bool = False) -> 
 
             credential = DefaultAzureCredential(exclude_interactive_browser_credential=True)
         _credentials[key] = credential
-        return credential  # type: ignore[no-any-return]
+        return credential
 
 
 def get_credential(settings: Settings) -> TokenCredential:

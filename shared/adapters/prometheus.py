@@ -38,6 +38,10 @@ from urllib.parse import urlencode
 import msgspec
 
 from shared.kernel.errors import Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
+from shared.kernel.ports import Sample
+
+__all__ = ["AZURE_MONITOR_PROMETHEUS_RESOURCE", "InstantResult", "PrometheusClient", "PrometheusMetrics", "Sample",
+           "decode_instant", "map_prometheus_error"]
 
 #: The Entra resource of every Azure Monitor workspace query endpoint (token scope: ``.../.default``).
 AZURE_MONITOR_PROMETHEUS_RESOURCE = "https://prometheus.monitor.azure.com"
@@ -67,15 +71,6 @@ class _WireSample(msgspec.Struct):
 _envelope = msgspec.json.Decoder(_Envelope)
 _data = msgspec.json.Decoder(_Data)
 _vector = msgspec.json.Decoder(list[_WireSample])
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One series of an instant vector: its labels, its value and the evaluation time (unix seconds)."""
-
-    labels: Mapping[str, str]
-    value: float
-    at: float
 
 
 @dataclass(frozen=True)
@@ -206,3 +201,14 @@ class PrometheusClient:
         if not 200 <= status < 300:
             raise map_prometheus_error(status, body, response.headers, what=what)
         return decode_instant(body, what=what)
+
+
+class PrometheusMetrics:
+    """The MetricsPort (shared.kernel.ports) over one :class:`PrometheusClient`: the samples of a
+    complete answer; the query hints (``infos``) are logged by nobody and dropped here."""
+
+    def __init__(self, client: PrometheusClient) -> None:
+        self.client = client
+
+    def query(self, promql: str) -> list[Sample]:
+        return list(self.client.query(promql).samples)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from shared.drain.settings import DrainRules
+from shared.drain.settings import DrainSettings
 from shared.kernel.ports import PodView
 
 # Messages tell the operator what to do (like kubectl's).
@@ -183,7 +183,7 @@ def multiple_pdbs_filter(pdbs: Sequence[Mapping[str, Any]]) -> PodFilter:
     return check
 
 
-def make_filters(settings: DrainRules, *, now: float | None = None,
+def make_filters(settings: DrainSettings, *, now: float | None = None,
                  pdbs: Sequence[Mapping[str, Any]] | None = None) -> list[PodFilter]:
     """kubectl's order (filters.go ``makeFilters``): skip-deleted first, then ours, then the pod rules.
 
@@ -233,7 +233,7 @@ class DrainPlan:
         return MSG_REFUSED.format(pods=self.refused_pods(limit=limit)) if self.blocked else ""
 
 
-def plan_drain(pods: Sequence[PodView], settings: DrainRules, *, now: float | None = None,
+def plan_drain(pods: Sequence[PodView], settings: DrainSettings, *, now: float | None = None,
                pdbs: Sequence[Mapping[str, Any]] | None = None) -> DrainPlan:
     """Sort the pods of a node into evict / skip / blocked / terminating / stuck — before any eviction."""
     filters = make_filters(settings, now=now, pdbs=pdbs)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.drain.parallel import WORKERS, bounded_map
-from shared.drain.settings import DrainRules
+from shared.drain.settings import DrainSettings
 from shared.drain.state import (
     DRAINED,
     REFUSED,
@@ -124,7 +124,7 @@ def send_eviction(kube: KubePort, action: Evict) -> EvictionResult:
 
 
 def advance_drain(kube: KubePort, nodes: Sequence[str], *, previous: Mapping[str, DrainState], now: float,
-                  settings: DrainRules, pods: Mapping[str, Sequence[PodView]] | None = None,
+                  settings: DrainSettings, pods: Mapping[str, Sequence[PodView]] | None = None,
                   workers: int = WORKERS) -> DrainRound:
     """One step of the drain of ``nodes`` (see the module docstring); ``previous`` holds each node's
     state from the last round (a node missing from it starts now), ``pods`` each node's pods when the

@@ -16,41 +16,23 @@ Its three parts:
   progress is looked at again).
 
 The settings keep the names remediation has always read (REMEDIATION_EMPTY_DIR,
-REMEDIATION_UNMANAGED_PODS, DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S, DRAIN_PDB_BLOCKED_TIMEOUT_S, and
-the REMEDIATION_* pace), so no deployment changes. The pod rules and bounds hold for every drain;
-each job derives its own pace with :func:`dataclasses.replace` (a migration drains against
-MIGRATION_DRAIN_TIMEOUT_S and its poll interval).
+REMEDIATION_UNMANAGED_PODS, DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S, DRAIN_PDB_BLOCKED_TIMEOUT_S,
+REMEDIATION_DRAIN_TIMEOUT_S and REMEDIATION_EVICTION_RETRY_S), so no deployment changes; this is
+the only place they are read. The pod rules and bounds hold for every drain; each job derives its
+own pace with :func:`dataclasses.replace`: remediation sets ``poll_s`` to its REMEDIATION_POLL_S
+(read by its policy, the interval all its waits use), a migration drains against
+MIGRATION_DRAIN_TIMEOUT_S and its poll interval. ``poll_s`` is therefore not read here: its
+default is only what a drain without a job's pace uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from shared.kernel.env import SettingError, env_choice, env_float, env_int
 
 POD_POLICIES: tuple[str, ...] = ("evict", "refuse")
-
-
-class DrainRules(Protocol):
-    """The attributes the drain reads from its settings. :class:`DrainSettings` has them; so does any
-    object with the same names (remediation's policy, until it hands the drain a DrainSettings)."""
-
-    @property
-    def empty_dir(self) -> str: ...
-    @property
-    def unmanaged_pods(self) -> str: ...
-    @property
-    def skip_wait_for_delete_timeout_s(self) -> int: ...
-    @property
-    def pdb_blocked_timeout_s(self) -> int: ...
-    @property
-    def drain_timeout_s(self) -> int: ...
-    @property
-    def eviction_retry_s(self) -> float: ...
-    @property
-    def poll_s(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -80,5 +62,4 @@ class DrainSettings:
             pdb_blocked_timeout_s=env_int("DRAIN_PDB_BLOCKED_TIMEOUT_S", 1800, env=env, minimum=0),
             drain_timeout_s=env_int("REMEDIATION_DRAIN_TIMEOUT_S", 3600, env=env, minimum=30),
             eviction_retry_s=env_float("REMEDIATION_EVICTION_RETRY_S", 5.0, env=env, minimum=0.1, maximum=600),
-            poll_s=env_int("REMEDIATION_POLL_S", 20, env=env, minimum=1, maximum=3600),
         )

@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.drain.filters import MSG_REFUSED, describe_pdb, pdbs_covering, plan_drain, pod_key
-from shared.drain.settings import DrainRules
+from shared.drain.settings import DrainSettings
 from shared.kernel.ports import EVICTED, EVICTION_BLOCKED, MULTIPLE_PDBS, NAMESPACE_TERMINATING, EvictionResult, PodView
 
 MSG_MULTIPLE_PDBS_ANSWER = ("the Eviction API answered 500 ({answer}): the pod is covered by more than one "
@@ -102,7 +102,7 @@ def grace_of(pod: PodView) -> int:
     return 30 if pod.grace_period_seconds is None else max(0, int(pod.grace_period_seconds))
 
 
-def _stall(state: DrainState, pods: Mapping[str, PodView], *, now: float, settings: DrainRules,
+def _stall(state: DrainState, pods: Mapping[str, PodView], *, now: float, settings: DrainSettings,
            pdbs: Sequence[Mapping[str, Any]] | None) -> str:
     """The stall report when a pod has been refused by a budget for DRAIN_PDB_BLOCKED_TIMEOUT_S, else ""."""
     timeout = settings.pdb_blocked_timeout_s
@@ -119,7 +119,7 @@ def _stall(state: DrainState, pods: Mapping[str, PodView], *, now: float, settin
 
 
 def drain_step(*, node: str, pods: Sequence[PodView], previous: DrainState, now: float,
-               settings: DrainRules, pdbs: Sequence[Mapping[str, Any]] | None = None,
+               settings: DrainSettings, pdbs: Sequence[Mapping[str, Any]] | None = None,
                ) -> tuple[DrainState, list[Evict]]:
     """One step of the drain of ``node`` given the pods on it now; returns the new state and evictions.
 
@@ -202,7 +202,7 @@ def drain_step(*, node: str, pods: Sequence[PodView], previous: DrainState, now:
     return state, actions
 
 
-def retry_delay(settings: DrainRules, tries: int, retry_after: float | None) -> float:
+def retry_delay(settings: DrainSettings, tries: int, retry_after: float | None) -> float:
     """Seconds before asking a budget again: the server's Retry-After, else ``eviction_retry_s`` doubling
     per refusal up to the poll interval (kubectl retries every 5 s; a refusal that persists is asked
     less often, so a budget that never frees up costs tens of calls, not the ~720 of 5 s for an hour)."""
@@ -214,7 +214,7 @@ def retry_delay(settings: DrainRules, tries: int, retry_after: float | None) -> 
 
 
 def record_eviction(state: DrainState, action: Evict, result: EvictionResult, *, now: float,
-                    grace: int | None, settings: DrainRules) -> DrainState:
+                    grace: int | None, settings: DrainSettings) -> DrainState:
     """Fold one Eviction API answer into the state (``grace`` = the pod's terminationGracePeriodSeconds)."""
     key = f"{action.namespace}/{action.name}"
     if result.outcome == EVICTED:

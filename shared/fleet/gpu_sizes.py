@@ -4,7 +4,8 @@ Validation refuses a pool request before any Azure call when the size is not an 
 when MIG is asked on a GPU that cannot be partitioned, or when a MIG profile does not exist for the
 GPU; the stack check and the sample job need to know which resource a node should advertise
 (``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``). Those facts live here, in one table, taken
-from the reference aks-api.md §7 (AgentBaker ``NvidiaEnabledSKUs``, use-nvidia-gpu.md, gpu-multi-instance.md).
+from Azure/AgentBaker pkg/agent/datamodel/const.go (``NvidiaEnabledSKUs``, ``FabricManagerGPUSizes``) and the
+AKS docs https://learn.microsoft.com/azure/aks/use-nvidia-gpu and https://learn.microsoft.com/azure/aks/gpu-multi-instance.
 
 Lookups are case-insensitive because ARM is (``standard_nc4as_t4_v3`` is the same size). Sizes
 that are GPU sizes but not NVIDIA (AMD NVv4, NGads V620, MI300X) are known as such so that the

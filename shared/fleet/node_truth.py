@@ -12,7 +12,8 @@ admitted, and again right before a VM action, the node is checked against ARM:
 - the pool the node claims (label ``kubernetes.azure.com/agentpool``) must exist in ARM, be a
   ``User`` pool, and have an NVIDIA GPU ``vmSize`` (shared.fleet.gpu_sizes);
 - the node must be one of that pool's machines (``agentPools/{pool}/machines``, matched by name;
-  aks-api.md §3: the machine name is the node name on VMSS pools), and the VM is the machine's
+  the Machines API, https://learn.microsoft.com/azure/aks/node-pool-machines-api: the machine name is the
+  node name on VMSS pools), and the VM is the machine's
   ``properties.resourceId``, never the node's providerID;
 - that VM must sit in the cluster's own subscription and node resource group, and the node's
   providerID must name the same VM (ids compare case-insensitively, as ARM does).

@@ -3,7 +3,8 @@
 AKS cannot switch a pool to the managed GPU stack in place (``gpuProfile`` is immutable), so the
 migration creates a new pool that must be indistinguishable from the old one for the workloads:
 same size, placement, network, spot settings, labels, taints, node configuration. This module
-decides that body, purely, from the old pool as ARM returned it (docs: aks-api.md §4):
+decides that body, purely, from the old pool as ARM returned it (Azure/azure-rest-api-specs
+specification/containerservice/resource-manager/Microsoft.ContainerService/aks, AgentPools_CreateOrUpdate):
 
 - copied: the fields of :data:`COPIED` (compute, placement and networking, spot, Kubernetes
   metadata, node configuration and security, scaling);
@@ -114,7 +115,8 @@ def clone_for_managed(old: PoolInfo, *, new_name: str, count: int | None = None)
 
 # What a write to an *existing* pool leaves out of the pool's own GET body: state and values ARM
 # owns. ``nodeImageVersion`` is writable since 2026-08-01 but writing it rolls the pool back to that
-# image (aks-api.md §4), and leaving it out keeps the current one. Everything else is sent back as
+# image (the AgentPool schema's nodeImageVersion, api-version 2026-08-01), and leaving it out keeps the
+# current one. Everything else is sent back as
 # read, known to this app or not: the PUT is create-or-replace, and a field left out is reset
 # (Azure/azure-resource-manager-rpc v1.0/version-change.md, "the GET-PUT pipeline").
 NOT_WRITTEN_BACK: frozenset[str] = frozenset({

@@ -8,7 +8,7 @@ calls) instead of a second hand-kept list. Errors name the setting and say what 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 
 class SettingError(ValueError):
@@ -97,3 +97,29 @@ def env_choice(name: str, default: str, choices: tuple[str, ...], *, env: Mappin
         if value.lower() == choice.lower():
             return choice
     raise SettingError(f"setting {name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def count_pairs(name: str, items: Iterable[str], *, unit: str, allowed: tuple[str, ...] | None = None) -> dict[str, int]:
+    """``key=N`` pairs of a list setting (``N`` a whole, non-negative number of ``unit``), errors naming it.
+
+    Several policies take such a setting (REMEDIATION_THRESHOLDS and REMEDIATION_RUNG_TIMEOUTS in
+    seconds, MIGRATION_QUOTA_HEADROOM in vCPUs); the key's own form is theirs to check.
+    """
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SettingError(f"setting {name} must be key={unit} pairs, got {item!r}")
+        if allowed is not None and key not in allowed:
+            raise SettingError(f"setting {name}: {key!r} is not one of {', '.join(allowed)}")
+        try:
+            count = int(value.strip())
+        except ValueError:
+            raise SettingError(f"setting {name}: {item!r} must end with a whole number of {unit}") from None
+        if count < 0:
+            raise SettingError(f"setting {name}: {item!r} must not be negative")
+        out[key] = count
+    return out

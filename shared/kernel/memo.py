@@ -56,5 +56,9 @@ class Caches:
     #: everything a node_truth verdict depends on -> the verdict. Admission only cordons on it, and
     #: every VM action reads ARM again right before the call.
     node_verdicts: TtlCache[tuple[str, ...], Any] = field(default_factory=lambda: TtlCache(ttl_s=60.0, cap=5000))
+    #: (subscription, node resource group), lower-cased -> the id of the in-scope cluster whose node resource
+    #: group it is ("" when none is). Only narrows the search for a Resource Health event's VM: the cluster is
+    #: read again (and its scope judged afresh) before anything is decided (shared.remediation.health_events).
+    health_vm_clusters: TtlCache[tuple[str, str], str] = field(default_factory=lambda: TtlCache(ttl_s=300.0, cap=2000))
     #: fault id -> when the sweep first measured its time to detect (measured once per fault).
     reported_faults: TtlCache[str, float] = field(default_factory=lambda: TtlCache(ttl_s=7 * 86400.0, cap=10_000))

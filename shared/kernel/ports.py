@@ -56,7 +56,7 @@ class Condition(msgspec.Struct, frozen=True, gc=False, rename={"transition": "la
         """Epoch seconds of ``lastTransitionTime``; None when absent or not a timestamp."""
         value = self.transition
         if value is None or type(value) is float:
-            return value  # type: ignore[return-value]
+            return value
         if isinstance(value, str):
             return rfc3339_seconds(value)
         return float(value)
@@ -307,8 +307,25 @@ class AksPort(Protocol):
         """listClusterUserCredential (format=exec), first kubeconfig, decoded."""
 
 
+class AvailabilityView(msgspec.Struct, frozen=True):
+    """A VM's current availability as Azure Resource Health reports it (``availabilityStatuses/current``).
+
+    ``state`` is ``availabilityState``: Available, Degraded, Unavailable or Unknown. ``occurred`` is the
+    spec's ``occuredTime`` (sic) as sent: when the state began. ``summary`` and ``reason_type`` are
+    free text, for the report only (never decided on)."""
+
+    state: str
+    summary: str = ""
+    reason_type: str = ""
+    occurred: str = ""
+
+
 class ComputePort(Protocol):
     """Microsoft.Compute VMSS VM operations in a cluster's node resource group (shared/adapters/compute.py)."""
+
+    def get_availability(self, vm_resource_id: str) -> AvailabilityView:
+        """Resource Health's current availability of a VM (a read: NotFound when Azure knows no such VM,
+        Forbidden without ``Microsoft.ResourceHealth/availabilityStatuses/read``)."""
 
     def begin_restart(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:
         """``cluster_id``: the cluster the caller acts for. As handed out by ClusterAccess the port is
@@ -333,12 +350,30 @@ class NudgePort(Protocol):
         """
 
 
+class Sample(msgspec.Struct, frozen=True):
+    """One series of a PromQL instant vector: its labels, its value and the evaluation time (unix seconds)."""
+
+    labels: Mapping[str, str]
+    value: float
+    at: float
+
+
+class MetricsPort(Protocol):
+    """One Azure Monitor workspace's PromQL query endpoint (shared/adapters/prometheus.py)."""
+
+    def query(self, promql: str) -> list[Sample]:
+        """One instant query. Only a complete answer returns: an error, an outage or a partial answer
+        (the server's ``warnings``) raises, so an empty list really means "no series matched"."""
+
+
 class ClusterAccess(Protocol):
     """Hands out per-cluster adapters (cached; credentials refreshed by the adapters)."""
 
     def aks(self) -> AksPort: ...
     def compute(self) -> ComputePort: ...
     def kube(self, cluster_id: str) -> KubePort: ...
+    def metrics(self, endpoint: str) -> MetricsPort:
+        """The PromQL port of a configured workspace query endpoint (SIGNALS_PROMETHEUS); Forbidden for any other."""
 
 
 # --------------------------------------------------------------------------- durable records

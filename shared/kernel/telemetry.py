@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
+    from opentelemetry.metrics import Counter, Histogram
+    from opentelemetry.metrics import _Gauge as Gauge  # the synchronous gauge; in __all__, "_" as still experimental
 
 log = logging.getLogger("steward")
 
@@ -199,6 +201,7 @@ class Telemetry:
             existing = self._instruments.get(name)
             if existing is not None:
                 return existing
+            made: Histogram | Gauge | Counter
             if kind == "histogram":
                 made = self._meter.create_histogram(name, unit=unit or "s", description=description)
             elif kind == "gauge":
@@ -246,10 +249,10 @@ class Telemetry:
                 for metric in scope.metrics:
                     points = out.setdefault(metric.name, [])
                     for point in metric.data.data_points:
+                        # A sum or gauge point has ``value``; a histogram point has ``sum`` instead.
                         value = getattr(point, "value", None)
-                        if value is None:
-                            value = getattr(point, "sum", 0.0)
-                        points.append((dict(point.attributes or {}), float(value)))
+                        number = float(getattr(point, "sum", 0.0) if value is None else value)
+                        points.append((dict(point.attributes or {}), number))
         return out
 
     def shutdown(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shared.kernel.env import SettingError, env_bool, env_choice, env_int, env_str
+from shared.kernel.env import SettingError, count_pairs, env_bool, env_choice, env_int, env_str
 from shared.migration.window import WindowSpec, parse_window
 
 STRATEGIES: tuple[str, ...] = ("auto", "surge", "rolling")
@@ -23,19 +23,10 @@ def parse_headroom(name: str, text: str) -> dict[str, int]:
     case-insensitive). ``*`` stands for any location or any family: ``*:*=0`` says "assume no headroom".
     """
     out: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        key, sep, value = part.partition("=")
+    for key, vcpus in count_pairs(name, text.split(","), unit="vCPUs").items():
         location, colon, family = key.partition(":")
-        if not sep or not colon or not location.strip() or not family.strip():
-            raise SettingError(f"setting {name} must be location:family=vcpus pairs, got {part!r}")
-        try:
-            vcpus = int(value.strip())
-        except ValueError:
-            raise SettingError(f"setting {name}: {part!r} must end with a whole number of vCPUs") from None
-        if vcpus < 0:
-            raise SettingError(f"setting {name}: {part!r} must not be negative")
+        if not colon or not location.strip() or not family.strip():
+            raise SettingError(f"setting {name} must be location:family=vcpus pairs, got {key!r}")
         out[f"{location.strip().lower()}:{family.strip().lower()}"] = vcpus
     return out
 

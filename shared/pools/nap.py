@@ -2,10 +2,11 @@
 
 On clusters whose ``nodeProvisioningProfile.mode`` is ``Auto`` (AKS Automatic, or Standard with
 NAP) nodes are not made by agent pools but by Karpenter. The seed says to configure the managed GPU
-stack in the ``AKSNodeClass`` there (aks-api.md §8): the tag ``EnableManagedGPUExperience: "true"``
+stack in the ``AKSNodeClass`` there
+(https://learn.microsoft.com/azure/aks/node-autoprovision): the tag ``EnableManagedGPUExperience: "true"``
 in ``spec.tags`` and ``spec.gpu.mode`` ``driver`` or ``none``. The ``NodePool`` restricts Karpenter to
 the requested NVIDIA size and carries the taints, labels and limits. MIG settings for NAP are not
-documented (aks-api.md "Unconfirmed"), so such requests are refused by the caller
+documented for node auto-provisioning, so such requests are refused by the caller
 (:func:`unsupported`).
 
 Both objects are cluster-scoped and named after the request's ``poolName``; the steward's

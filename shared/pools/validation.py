@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -177,7 +177,16 @@ def _dedupe(problems: Iterable[Problem]) -> list[Problem]:
     return out
 
 
-def _readable_ids(obj: dict[str, Any]) -> dict[str, str | None]:
+class _Ids(TypedDict):
+    """The identifying fields of a :class:`Rejection`, by name, so ``**ids`` is checked against it."""
+
+    request_id: str | None
+    requester: str | None
+    cluster: str | None
+    pool_name: str | None
+
+
+def _readable_ids(obj: dict[str, Any]) -> _Ids:
     """The identifiers the rejection can be filed under, kept only when well-formed."""
 
     def pick(key: str, pattern: re.Pattern[str]) -> str | None:

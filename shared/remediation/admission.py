@@ -44,6 +44,7 @@ from shared.remediation.records import (
     NodeData,
     RefusedMarker,
     RemediationData,
+    Rung,
     RungPhase,
     Slot,
     State,
@@ -52,6 +53,7 @@ from shared.remediation.records import (
     node_key,
     to_data,
 )
+from shared.remediation.signals import Signal, SignalSource, ladder_for
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -69,6 +71,7 @@ class Handling(StrEnum):
     DUPLICATE = "duplicate"  # the fault, or the node, is already being handled
     REFUSED = "refused"  # a safety limit said no (reported once per fault and reason)
     IGNORED = "ignored"  # not ours, malformed, stale or no longer true
+    RECORDED = "recorded"  # a signal whose policy row only records it (shared.remediation.signals)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def _event_data(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return data if isinstance(data, Mapping) else {}
 
 
-def _refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
+def refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
             warn: tuple[KubePort, NodeView] | None = None) -> Handled:
     """Publish Refused once per (fault, reason code): the sweep re-reports the fault every minute.
 
@@ -152,6 +155,12 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
     if event.get("type") != UNHEALTHY_EVENT:
         return _ignored(f"type {event.get('type')!r}")
     data = _event_data(event)
+    if data.get("signal") == str(SignalSource.DCGM):
+        from shared.remediation import dcgm  # it builds on this module: imported when first needed
+
+        return dcgm.recheck(ctx, data, event_id=str(event.get("id", "")),
+                            observed_at=parse_time(data.get("observed_at") or None)
+                            or parse_time(event.get("time") or None) or 0.0)
     cluster_id = str(data.get("cluster") or "")
     node_name = str(data.get("node") or "")
     condition = str(data.get("condition") or "")
@@ -173,7 +182,6 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
     cluster_id = cluster.id
 
     now = ctx.clock.now()
-    fleet_breaker = breaker.current(ctx)
     kube = ctx.access.kube(cluster_id)
     node = kube.get_node(node_name)
     if node is None:
@@ -186,30 +194,81 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
         skipped = next((r for n, r in evaluation.skipped), None)
         if skipped == health.SKIP_OPTED_OUT:
             info["fault"] = fault_id(cluster_id, node_name, condition, since)
-            return _refuse(ctx, info, budget.PAUSED, paused_reason(ctx, None, node, policy) or "opted out")
+            return refuse(ctx, info, budget.PAUSED, paused_reason(ctx, None, node, policy) or "opted out")
         if skipped:
             return _ignored(f"node {node_name} is skipped ({skipped})")
         return _ignored(f"{condition} on {node_name} is no longer True over its threshold")
     if finding.since > since + 1.0:
         return _ignored(f"stale event ({condition} flapped since: now True since {iso(finding.since)})")
     info["fault"] = fault_id(cluster_id, node_name, condition, finding.since)
+    return _admit_checked(ctx, cluster=cluster, kube=kube, node=node, finding=finding, info=info,
+                          observed_at=observed_at, policy=policy)
+
+
+def _admit_checked(ctx: Context, *, cluster: Any, kube: KubePort, node: NodeView, finding: health.Finding,
+                   info: dict[str, Any], observed_at: float, policy: RemediationPolicy,
+                   ladder: tuple[str, ...] | None = None) -> Handled:
+    """The checks every fault passes, whatever its source, then admission under the budgets."""
+    fleet_breaker = breaker.current(ctx)
     # The free checks first: a backlog replayed after a breaker reset costs no ARM read per event.
     if breaker.is_stale(observed_at, fleet_breaker):
-        return _refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
+        return refuse(ctx, info, "stale", f"observed at {iso(observed_at)}, before the breaker reset at "
                                            f"{iso(fleet_breaker.reset_at)}: dropped with the backlog")
     leaving = node_fate.going_away(node)
     if leaving:
-        return _refuse(ctx, info, GOING_AWAY, f"{node_name} is being taken away by the platform: {leaving}",
+        return refuse(ctx, info, GOING_AWAY, f"{node.name} is being taken away by the platform: {leaving}",
                        warn=(kube, node))
     # Trust ARM, not the node: the pool it claims must be a User GPU pool in ARM, and its VM the one
     # ARM lists for it, in this cluster's own node resource group (shared/fleet/node_truth.py).
     verdict = _judge_node(ctx, cluster, node)
     if not verdict.ok:
-        return _refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
+        return refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
     info["vm_id"] = verdict.vm_id
     paused = paused_reason(ctx, cluster.tags, node, policy)
     return _admit(ctx, kube=kube, node=node, finding=finding, info=info, paused=paused,
-                  breaker_open=fleet_breaker.is_open, policy=policy)
+                  breaker_open=fleet_breaker.is_open, policy=policy, ladder=ladder)
+
+
+def admit_signal(ctx: Context, *, cluster: Any, node: NodeView, signal: Signal, event_id: str,
+                 observed_at: float) -> Handled:
+    """Admit a remediation for a fault another source saw (shared.remediation.signals), or record it.
+
+    The caller has already re-read the truth the signal claims (ARM's availability status, the
+    workspace's counters) and resolved ``node`` in ``cluster`` (in scope). From here on it is the same
+    path as a condition fault: one fault id per (node, signal, since), one active remediation per node,
+    and every budget. A ``record_only`` row publishes ``Steward.Remediation.SignalRecorded`` once per fault and admits
+    nothing.
+    """
+    policy = policy_of(ctx)
+    kube = ctx.access.kube(cluster.id)
+    info: dict[str, Any] = {"cluster": cluster.id, "node": node.name, "pool": health.pool_of(node),
+                            "condition": signal.key, "since": iso(signal.since), "event_id": event_id,
+                            "fault": fault_id(cluster.id, node.name, signal.key, signal.since),
+                            "signal": str(signal.source), "signal_detail": signal.detail,
+                            "policy_row": signal.decision.row}
+    if not signal.acts:
+        return record_signal(ctx, info, signal)
+    finding = health.Finding(node=node, condition=signal.key, since=signal.since)
+    return _admit_checked(ctx, cluster=cluster, kube=kube, node=node, finding=finding, info=info,
+                          observed_at=observed_at, policy=policy,
+                          ladder=ladder_for(signal.decision.action, tuple(policy.ladder)))
+
+
+def record_signal(ctx: Context, info: Mapping[str, Any], signal: Signal) -> Handled:
+    """Publish ``Steward.Remediation.SignalRecorded`` once per fault: the row says to act on nothing, only to remember."""
+    marker = RefusedMarker(reason=signal.detail, reason_code="recorded", cluster=info.get("cluster"),
+                           node=info.get("node"))
+    try:
+        ctx.ledger.create(Record(kind=DEDUPE_KIND, id=f"recorded-{info['fault']}", state="seen",
+                                 data=to_data(marker), created_at=ctx.clock.now()))
+    except Conflict:
+        return Handled(Handling.RECORDED, f"recorded (already): {signal.detail}")
+    publish_now(ctx, Record(kind=KIND, id="", state="", data=dict(info)), Event.SIGNAL_RECORDED, signal.detail,
+                key=str(info["fault"]), extra={"signal": str(signal.source), "policy_row": signal.decision.row,
+                                               "action": signal.decision.action, "source": signal.decision.source})
+    log.info("signal recorded for %s/%s: %s (row %s)", info.get("cluster"), info.get("node"), signal.detail,
+             signal.decision.row)
+    return Handled(Handling.RECORDED, f"recorded ({signal.decision.row}): {signal.detail}")
 
 
 def _judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict:
@@ -256,7 +315,8 @@ def _live_slots(ctx: Context, slots: Mapping[str, Slot], now: float) -> dict[str
 
 
 def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Finding, info: dict[str, Any],
-           paused: str | None, breaker_open: bool, policy: RemediationPolicy) -> Handled:
+           paused: str | None, breaker_open: bool, policy: RemediationPolicy,
+           ladder: tuple[str, ...] | None = None) -> Handled:
     cluster_id, name, fault = info["cluster"], node.name, info["fault"]
     nk = node_key(cluster_id, name)
     pool = health.pool_of(node)
@@ -299,7 +359,7 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
             fleet=budget.fleet_admission(in_flight=len(slots), policy=policy),
         )
         if not admission.allowed:
-            return _refuse(ctx, info, admission.code, admission.reason)
+            return refuse(ctx, info, admission.code, admission.reason)
 
         slots[rid] = Slot(cluster=cluster_id, pool=pool, node=name, at=now)
         budget_data = to_data(BudgetData(slots=slots))
@@ -313,7 +373,7 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
             continue  # another admission took a slot first: re-read and re-decide
         record = _new_record(rid, node=node, finding=finding, info=info, attempt=number,
                              policy=policy, now=now, instance=ctx.instance,
-                             cap_reached=node_check.reason if cap_reached else "")
+                             cap_reached=node_check.reason if cap_reached else "", ladder=ladder)
         # Announce before the record exists: once written, any instance's reconciler may claim it and
         # report its first step, and a remediation's story must open with Admitted. A host racing this
         # one publishes the same deterministic id, which consumers dedupe.
@@ -352,14 +412,17 @@ def _note_attempt(ctx: Context, node_rec: Record | None, nd: NodeData, record: R
 
 
 def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapping[str, Any], attempt: int,
-                policy: RemediationPolicy, now: float, instance: str, cap_reached: str = "") -> Record:
+                policy: RemediationPolicy, now: float, instance: str, cap_reached: str = "",
+                ladder: tuple[str, ...] | None = None) -> Record:
     data = RemediationData(
         cluster=info["cluster"], node=node.name, node_uid=node.uid, pool=health.pool_of(node),
         pool_selector=health.pool_selector(node), nap=health.is_karpenter_node(node), provider_id=node.provider_id,
         arm_vm_id=str(info.get("vm_id") or ""), condition=finding.condition, since=iso(finding.since),
         since_ts=finding.since, fault=info["fault"], event_id=info.get("event_id", ""), attempt=attempt,
-        dry_run=policy.dry_run, ladder=[] if cap_reached else list(policy.ladder),  # type: ignore[arg-type]
-        rung_index=0, rung_phase=RungPhase.START, cap_reached=cap_reached, admitted_by=instance, admitted_at=now)
+        dry_run=policy.dry_run, ladder=[] if cap_reached else [Rung(r) for r in (ladder or policy.ladder)],
+        rung_index=0, rung_phase=RungPhase.START, cap_reached=cap_reached, admitted_by=instance, admitted_at=now,
+        signal=str(info.get("signal") or SignalSource.NPD), signal_detail=str(info.get("signal_detail") or ""),
+        policy_row=str(info.get("policy_row") or ""))
     stored = {k: v for k, v in to_data(data).items() if k in _ADMISSION_FIELDS}
     return Record(kind=KIND, id=rid, state=State.ADMITTED, data=stored, created_at=now, updated_at=now, next_at=now,
                   history=[{"at": now, "state": State.ADMITTED, "note": f"{finding.condition} True since {iso(finding.since)}"}])
@@ -368,4 +431,5 @@ def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapp
 # What admission writes: the later fields are written by the steps that set them.
 _ADMISSION_FIELDS = frozenset({"cluster", "node", "node_uid", "pool", "pool_selector", "nap", "provider_id", "arm_vm_id",
                                "condition", "since", "since_ts", "fault", "event_id", "attempt", "dry_run", "ladder",
-                               "rung_index", "rung_phase", "cap_reached", "admitted_by", "admitted_at"})
+                               "rung_index", "rung_phase", "cap_reached", "admitted_by", "admitted_at",
+                               "signal", "signal_detail", "policy_row"})

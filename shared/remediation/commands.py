@@ -33,6 +33,7 @@ import msgspec
 
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import Record
+from shared.kernel.steps import Transition, finish, settle
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -96,14 +97,14 @@ def request(ledger: LedgerPort, *, command: str, by: str, reason: str, now: floa
     return ledger.create(record)
 
 
-def _reject(record: Record, *, now: float, reason: str) -> Record:
+def _reject(record: Record, *, now: float, reason: str) -> Transition:
     log.warning("command %s rejected: %s", record.id, reason)
-    return record.moved(REJECTED, at=now, note=reason, rejected_because=reason, finished_at=now)
+    return finish(record, REJECTED, now=now, note=reason, rejected_because=reason, finished_at=now)
 
 
-def advance(record: Record, ctx: Context) -> Record:
-    """The reconciler's step: validate the command again (whoever wrote the row) and carry it out once."""
-    now = ctx.clock.now()
+def step_requested(record: Record, ctx: Context, *, now: float, policy: None = None) -> Transition:
+    """Validate the command again (whoever wrote the row) and carry it out once (shared.kernel.steps contract;
+    commands have no policy of their own)."""
     if record.state != REQUESTED:
         return _reject(record, now=now, reason=f"a command in state {record.state!r} is not applied")
     fields = {k: v for k, v in record.data.items() if not k.startswith("_")}
@@ -121,16 +122,21 @@ def advance(record: Record, ctx: Context) -> Record:
 
         state = breaker.reset(ctx, by=cmd.by, reason=cmd.reason, command=record.id)
         log.info("breaker reset by %s (command %s): %s", cmd.by, record.id, cmd.reason)
-        return record.moved(APPLIED, at=now, note=f"breaker reset by {cmd.by}", finished_at=now,
-                            result={"breaker": state.state, "reset_at": state.reset_at})
+        return finish(record, APPLIED, now=now, note=f"breaker reset by {cmd.by}", finished_at=now,
+                      result={"breaker": state.state, "reset_at": state.reset_at})
     return _reject(record, now=now, reason=f"command {cmd.command!r} has no handler")  # pragma: no cover - ALLOWED
+
+
+def advance(record: Record, ctx: Context) -> Record:
+    """The reconciler's step (the breaker publishes its own Reset event; the command publishes none)."""
+    return settle(step_requested(record, ctx, now=ctx.clock.now()), lambda _event: None)
 
 
 def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
     """The reconciler's hook for a command whose application keeps failing: ``rejected`` with why."""
     if record.state in TERMINAL_STATES:
         return record
-    return _reject(record, now=ctx.clock.now(), reason=reason)
+    return _reject(record, now=ctx.clock.now(), reason=reason).record
 
 
 def view(record: Record) -> dict[str, Any]:

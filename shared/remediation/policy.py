@@ -1,12 +1,13 @@
 """How GPU-node remediation decides, paces and bounds itself.
 
 One frozen value built once from the app settings (``Settings.remediation``) so that the health
-evaluation, the budgets, the drain and the remediation state machine take their limits as an
-argument instead of reading the environment; tests build it directly. Every setting is read with a
+evaluation, the budgets and the remediation state machine take their limits as an argument instead
+of reading the environment; tests build it directly. The drain's own rules and pace are not here:
+they are :class:`shared.drain.settings.DrainSettings` (``Settings.drain``). Every setting is read with a
 literal name through :mod:`shared.kernel.env` (the infrastructure tests derive the list of settings from
 those calls). Defaults come from the anchors (docs/remediation.md cites each one): NHC/AKS's 300 s
-condition threshold, CAPI's 600 s node start-up timeout, kubectl/draino's 5 s eviction retry, EKS's
-20 % unhealthy stop, NVSentinel's manual-reset breaker and AKS's three repair cycles.
+condition threshold, CAPI's 600 s node start-up timeout, EKS's 20 % unhealthy stop, NVSentinel's
+manual-reset breaker and AKS's three repair cycles.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shared.fleet.scope import PAUSED_TAG
-from shared.kernel.env import SettingError, env_bool, env_choice, env_float, env_int, env_list, env_str
+from shared.kernel.env import SettingError, count_pairs, env_bool, env_choice, env_int, env_list, env_str
 
 DEVICE_PLUGIN = "UnhealthyNvidiaDevicePlugin"
 DCGM = "UnhealthyNvidiaDCGMServices"
@@ -27,7 +28,6 @@ RUNGS: tuple[str, ...] = ("restart", "reimage", "replace")
 DEFAULT_RUNG_TIMEOUTS: Mapping[str, int] = {"restart": 900, "reimage": 1800, "replace": 3600}
 
 DRAIN_FALLBACKS: tuple[str, ...] = ("hold", "release")
-POD_POLICIES: tuple[str, ...] = ("evict", "refuse")
 
 # Taints other actors put on nodes they are about to remove or are working on (never ours).
 DEFAULT_BUSY_TAINTS: tuple[str, ...] = (
@@ -43,26 +43,6 @@ DEFAULT_BUSY_ANNOTATIONS: tuple[str, ...] = (
 
 OPT_OUT_LABEL = "gpu-fleet-steward/opt-out"
 GPU_NODE_SELECTOR = "kubernetes.azure.com/accelerator=nvidia"
-
-
-def _pairs(name: str, items: tuple[str, ...], *, allowed: tuple[str, ...] | None = None) -> dict[str, int]:
-    """``key=seconds`` pairs (comma-separated in the setting)."""
-    out: dict[str, int] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SettingError(f"setting {name} must be key=seconds pairs, got {item!r}")
-        if allowed is not None and key not in allowed:
-            raise SettingError(f"setting {name}: {key!r} is not one of {', '.join(allowed)}")
-        try:
-            seconds = int(value.strip())
-        except ValueError:
-            raise SettingError(f"setting {name}: {item!r} must end with a whole number of seconds") from None
-        if seconds < 0:
-            raise SettingError(f"setting {name}: {item!r} must not be negative")
-        out[key] = seconds
-    return out
 
 
 def _percent(name: str, text: str) -> int:
@@ -92,16 +72,12 @@ class RemediationPolicy:
     is judged only after the node went through a reboot or this long passed), ``surge``
     (REMEDIATION_SURGE = true: replace scales up by one before deleting).
 
-    Drain: ``drain_timeout_s`` (REMEDIATION_DRAIN_TIMEOUT_S = 3600), ``drain_fallback``
-    (REMEDIATION_DRAIN_FALLBACK = hold | release), ``empty_dir`` / ``unmanaged_pods``
-    (REMEDIATION_EMPTY_DIR / REMEDIATION_UNMANAGED_PODS = evict | refuse: a pod that fails them refuses
-    the whole node before anything is evicted), ``eviction_retry_s`` (REMEDIATION_EVICTION_RETRY_S = 5,
-    doubling per refusal up to ``poll_s``), ``skip_wait_for_delete_timeout_s``
-    (DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S = 300: a pod still there this long past its deletionTimestamp
-    is no longer waited for; kubectl --skip-wait-for-delete-timeout, Cluster API's 300 s; 0 = wait),
-    ``pdb_blocked_timeout_s`` (DRAIN_PDB_BLOCKED_TIMEOUT_S = 1800: a pod a disruption budget keeps
-    refusing this long stops the drain as stalled and the fallback applies; AKS's 30-minute upgrade
-    drain timeout; 0 = only the drain deadline). Both DRAIN_* settings also bound migration drains.
+    Drain: ``drain_fallback`` (REMEDIATION_DRAIN_FALLBACK = hold | release: what happens to a node
+    whose drain is refused, stalls or reaches its deadline). The pod rules, bounds and pace of the
+    drain itself (REMEDIATION_EMPTY_DIR, REMEDIATION_UNMANAGED_PODS, DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S,
+    DRAIN_PDB_BLOCKED_TIMEOUT_S, REMEDIATION_DRAIN_TIMEOUT_S, REMEDIATION_EVICTION_RETRY_S) are the
+    drain's: :class:`shared.drain.settings.DrainSettings` (``Settings.drain``), which migration drains
+    share; remediation drains with them at its own ``poll_s``.
 
     Budgets: ``pool_max_unavailable`` (BUDGET_POOL_MAX_UNAVAILABLE = 1) and
     ``pool_max_unavailable_percent`` (BUDGET_POOL_MAX_UNAVAILABLE_PERCENT = 20; the stricter wins),
@@ -131,13 +107,7 @@ class RemediationPolicy:
     rung_timeouts_s: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_RUNG_TIMEOUTS))
     settle_s: int = 120
     surge: bool = True
-    drain_timeout_s: int = 3600
     drain_fallback: str = "hold"
-    empty_dir: str = "evict"
-    unmanaged_pods: str = "refuse"
-    eviction_retry_s: float = 5.0
-    skip_wait_for_delete_timeout_s: int = 300
-    pdb_blocked_timeout_s: int = 1800
     pool_max_unavailable: int = 1
     pool_max_unavailable_percent: int = 20
     max_in_flight: int = 5
@@ -180,11 +150,11 @@ class RemediationPolicy:
     def from_env(cls, env: Mapping[str, str] | None = None) -> RemediationPolicy:
         """Read the REMEDIATION_*, BUDGET_* and BREAKER_* settings (``env`` defaults to the process)."""
         conditions = env_list("REMEDIATION_CONDITIONS", DEFAULT_CONDITIONS, env=env)
-        thresholds = _pairs("REMEDIATION_THRESHOLDS", env_list("REMEDIATION_THRESHOLDS", (), env=env))
+        thresholds = count_pairs("REMEDIATION_THRESHOLDS", env_list("REMEDIATION_THRESHOLDS", (), env=env), unit="seconds")
         ladder = tuple(r.lower() for r in env_list("REMEDIATION_LADDER", RUNGS, env=env))
         timeouts = dict(DEFAULT_RUNG_TIMEOUTS)
-        timeouts.update(_pairs("REMEDIATION_RUNG_TIMEOUTS", env_list("REMEDIATION_RUNG_TIMEOUTS", (), env=env),
-                               allowed=RUNGS))
+        timeouts.update(count_pairs("REMEDIATION_RUNG_TIMEOUTS", env_list("REMEDIATION_RUNG_TIMEOUTS", (), env=env),
+                                    unit="seconds", allowed=RUNGS))
         return cls(
             conditions=conditions,
             thresholds_s=thresholds,
@@ -197,13 +167,7 @@ class RemediationPolicy:
             rung_timeouts_s=timeouts,
             settle_s=env_int("REMEDIATION_SETTLE_S", 120, env=env, minimum=0),
             surge=env_bool("REMEDIATION_SURGE", True, env=env),
-            drain_timeout_s=env_int("REMEDIATION_DRAIN_TIMEOUT_S", 3600, env=env, minimum=30),
             drain_fallback=env_choice("REMEDIATION_DRAIN_FALLBACK", "hold", DRAIN_FALLBACKS, env=env),
-            empty_dir=env_choice("REMEDIATION_EMPTY_DIR", "evict", POD_POLICIES, env=env),
-            unmanaged_pods=env_choice("REMEDIATION_UNMANAGED_PODS", "refuse", POD_POLICIES, env=env),
-            eviction_retry_s=env_float("REMEDIATION_EVICTION_RETRY_S", 5.0, env=env, minimum=0.1, maximum=600),
-            skip_wait_for_delete_timeout_s=env_int("DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S", 300, env=env, minimum=0),
-            pdb_blocked_timeout_s=env_int("DRAIN_PDB_BLOCKED_TIMEOUT_S", 1800, env=env, minimum=0),
             pool_max_unavailable=env_int("BUDGET_POOL_MAX_UNAVAILABLE", 1, env=env, minimum=0),
             pool_max_unavailable_percent=_percent(
                 "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", env_str("BUDGET_POOL_MAX_UNAVAILABLE_PERCENT", "20", env=env)),

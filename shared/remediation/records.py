@@ -97,6 +97,7 @@ class Event(StrEnum):
     GAVE_UP = "GaveUp"
     FAILED = "Failed"
     DRY_RUN = "DryRun"
+    SIGNAL_RECORDED = "SignalRecorded"  # a signal whose policy row only records it (shared.remediation.signals)
 
 
 UNHEALTHY_EVENT = "Steward.GpuNode.Unhealthy"
@@ -163,6 +164,9 @@ class RemediationData(msgspec.Struct, kw_only=True):
     cap_reached: str = ""
     admitted_by: str = ""
     admitted_at: float = 0.0
+    signal: str = "npd"  # where the fault was seen (shared.remediation.signals.SignalSource); old rows: NPD
+    signal_detail: str = ""  # the source's own words, for the report
+    policy_row: str = ""  # the row of shared.remediation.signal_policy that matched ("" for an NPD condition)
     last_note: str = ""
     cordoned_by_us: bool = False
     cordoned_at: float | None = None
@@ -294,7 +298,7 @@ def decode(data: Mapping[str, Any], type_: type[S]) -> S:
 
 def to_data(value: msgspec.Struct) -> dict[str, Any]:
     """A Struct as the plain mapping the ledger stores."""
-    return msgspec.to_builtins(value)  # type: ignore[no-any-return]
+    return msgspec.to_builtins(value)
 
 
 _FIELDS = frozenset(RemediationData.__struct_fields__)

@@ -107,8 +107,9 @@ def take_pool_turn(record: Record, ctx: Context, *, now: float) -> str | None:
         holder = str(turn.data.get("remediation") or "")
         if holder == record.id:
             return None  # ours (a step that took it did not finish)
-        other = ctx.ledger.get(KIND, holder) if holder else None
-        if other is not None and other.state in (State.REPAIRING, State.VERIFYING) and load(other).rung == Rung.REPLACE:
+        holding = ctx.ledger.get(KIND, holder) if holder else None
+        if (holding is not None and holding.state in (State.REPAIRING, State.VERIFYING)
+                and load(holding).rung == Rung.REPLACE):
             return holder
         try:  # the holder finished or left its replace rung and its drop was lost: stale
             ctx.ledger.delete(turn)

@@ -355,15 +355,28 @@ def counter_action(metric: str, value: float, baseline: float | None = None) -> 
     return Decision(row.action, row.id, row.source, row.note)
 
 
-def dcgm_query(node_label: str = "Hostname") -> str:
+def _is_label(name: str) -> bool:
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
+
+
+def _quoted(value: str) -> str:
+    """A PromQL string literal (double quotes; backslash and quote escaped, as Go's strconv.Quote does)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def dcgm_query(node_label: str = "Hostname", *, cluster_label: str = "", where: Mapping[str, str] | None = None) -> str:
     """The one instant query the app sends per Azure Monitor workspace.
 
     A single ``__name__`` regex matcher, because the Azure Monitor workspace API allows only one
     ``__name__`` matcher per query; ``max by`` folds the copies dcgm-exporter's pod mapping makes
-    (one per pod using the GPU) into one sample per (metric, node, GPU).
+    (one per pod using the GPU) into one sample per (metric, node, GPU). ``cluster_label`` is kept
+    in the grouping when clusters share the workspace; ``where`` adds equality matchers (the
+    re-check of one node: its node label and its cluster label).
     """
-    if not node_label or not (node_label[0].isalpha() or node_label[0] == "_") or not all(
-            c.isalnum() or c == "_" for c in node_label):
-        raise ValueError(f"{node_label!r} is not a Prometheus label name")
+    for label in (node_label, *([cluster_label] if cluster_label else []), *(where or {})):
+        if not _is_label(label):
+            raise ValueError(f"{label!r} is not a Prometheus label name")
     names = "|".join(QUERY_METRICS)
-    return f'max by (__name__, {node_label}, gpu) ({{__name__=~"{names}"}})'
+    by = ", ".join(["__name__", node_label, *([cluster_label] if cluster_label else []), "gpu"])
+    extra = "".join(f", {k}={_quoted(v)}" for k, v in (where or {}).items())
+    return f'max by ({by}) ({{__name__=~"{names}"{extra}}})'

@@ -13,16 +13,20 @@ docs/remediation.md documents the states, data fields and events.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared.drain import core as drain
+from shared.drain.filters import plan_drain
+from shared.drain.runner import DEADLINE_KEY, advance_drain, fetch_pdbs
+from shared.drain.settings import DrainSettings
+from shared.drain.state import DRAINED, REFUSED, STOPPED, TIMED_OUT, DrainState
 from shared.fleet import node_fate
-from shared.kernel.errors import Forbidden, NotFound, StewardError, Throttled
-from shared.kernel.ports import EvictionResult, KubePort, NodeView, Record
+from shared.kernel.errors import Forbidden, NotFound, StewardError
+from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.steps import Transition, move, settle, stay
 from shared.kernel.timefmt import iso
 from shared.remediation import health
@@ -163,6 +167,11 @@ def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
 
 
 def _still_faulty(node: NodeView, d: RemediationData) -> bool:
+    """Whether the fault admitted is still there. A condition is read again from the node; another
+    source's signal (an XID, a Resource Health event) was re-read from its source at admission, minutes
+    ago at most, and the node shows no trace of it, so it stands until the repair."""
+    if d.signal not in ("", "npd"):
+        return True
     cond = node.condition(d.condition)
     return cond is not None and cond.status == "True" and (cond.last_transition or 0.0) <= d.since_ts + 1.0
 
@@ -238,8 +247,17 @@ def step_cordoned(record: Record, ctx: Context, *, now: float, policy: Remediati
     return move(record, State.DRAINING, now=now, note="draining", **fields(drain={}, drain_started_at=now))
 
 
+def drain_settings(ctx: Context, policy: RemediationPolicy) -> DrainSettings:
+    """The drain of a repair: the app's pod rules, bounds and deadline (``Settings.drain``, the
+    REMEDIATION_EMPTY_DIR ... REMEDIATION_EVICTION_RETRY_S settings) looked at again at remediation's
+    own REMEDIATION_POLL_S, the interval every other wait of a remediation uses too."""
+    base = ctx.settings.drain
+    return base if base.poll_s == policy.poll_s else dataclasses.replace(base, poll_s=policy.poll_s)
+
+
 def step_draining(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
-    """Evict the node's pods through the Eviction API (shared.drain decides which, and when)."""
+    """Evict the node's pods through the Eviction API: one round of the drain runner for a batch of
+    one node (shared.drain decides which pods, and when; this step publishes the node's events)."""
     d = load(record)
     kube = ctx.access.kube(d.cluster)
     node = kube.get_node(d.node)
@@ -247,38 +265,24 @@ def step_draining(record: Record, ctx: Context, *, now: float, policy: Remediati
         return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
                    note="the node disappeared during the drain")
     pods = kube.list_pods(node_name=node.name)
-    previous = drain.DrainState.from_data(d.drain)
-    # PDBs are read when the drain starts (a pod under two PDBs refuses the node before any eviction)
-    # and while a budget refuses a pod (the stall report names the PDB and its status).
-    pdbs = drain.fetch_pdbs(kube) if d.dry_run or previous.started_at is None or previous.blocked else None
+    settings = drain_settings(ctx, policy)
     if d.dry_run:
-        plan = drain.plan_drain(pods, policy, now=now, pdbs=pdbs)
+        # The plan a real drain would start with, PDBs included (a pod under two PDBs refuses the node).
+        plan = plan_drain(pods, settings, now=now, pdbs=fetch_pdbs(kube))
         refusal = plan.refusal()
         note = (f"dry run: would evict {len(plan.evict)} pods ({', '.join(f'{p.namespace}/{p.name}' for p in plan.evict[:10])}), "
                 f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}"
                 + (f"; would refuse the node and evict nothing: {refusal}" if refusal else ""))
         return announce(move(record, State.REPAIRING, now=now, note=note,
                              **fields(rung_index=0, rung_phase=RungPhase.START)), record, Event.DRY_RUN, note, key="drain")
-    state, actions = drain.drain_step(node=node.name, pods=pods, previous=previous, now=now, policy=policy, pdbs=pdbs)
-    by_uid = {p.uid: p for p in pods}
-
-    def evict(action: drain.Evict) -> EvictionResult:
-        try:
-            return kube.evict(action.namespace, action.name)
-        except NotFound:
-            return EvictionResult(outcome="gone")
-        except Throttled as exc:
-            return EvictionResult(outcome="blocked", message=str(exc), retry_after=exc.retry_after)
-
-    for action, result in drain.evict_all(evict, actions):
-        pod = by_uid.get(action.uid)
-        state = drain.record_eviction(state, action, result, now=now,
-                                      grace=pod.grace_period_seconds if pod else None, policy=policy)
-    new_blocks = [m for k, m in state.messages.items() if previous.messages.get(k) != m and k != "_deadline"]
-    if state.outcome not in (drain.REFUSED, drain.STALLED):
-        for message in new_blocks[:3]:
+    result = advance_drain(kube, [node.name], previous={node.name: DrainState.from_data(d.drain)}, now=now,
+                           settings=settings, pods={node.name: pods})
+    this = result.nodes[node.name]
+    state = this.state
+    if state.outcome not in STOPPED:
+        for message in this.new_messages()[:3]:
             kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
-    if state.outcome == drain.DRAINED:
+    if state.outcome == DRAINED:
         started = d.drain_started_at or now
         metric(ctx, "drain_time_s", now - started)
         note = f"drained in {now - started:.0f}s"
@@ -286,10 +290,10 @@ def step_draining(record: Record, ctx: Context, *, now: float, policy: Remediati
         return announce(move(record, State.REPAIRING, now=now, note=note,
                              **fields(drain=state.to_data(), rung_index=0, rung_phase=RungPhase.START)),
                         record, Event.DRAINED, note)
-    if state.outcome in (drain.TIMED_OUT, drain.REFUSED, drain.STALLED):
-        message = state.reason or state.messages.get("_deadline", "drain deadline reached")
-        if state.outcome != drain.TIMED_OUT:  # say why before the fallback's own event
-            kube_event(kube, node, record, "StewardDrainRefused" if state.outcome == drain.REFUSED
+    if state.outcome in (TIMED_OUT, *STOPPED):
+        message = state.reason or state.messages.get(DEADLINE_KEY, "drain deadline reached")
+        if state.outcome != TIMED_OUT:  # say why before the fallback's own event
+            kube_event(kube, node, record, "StewardDrainRefused" if state.outcome == REFUSED
                        else "StewardDrainBlocked", message, "Warning")
         if policy.drain_fallback == "release":
             uncordon_if_ours(kube, record)
@@ -300,7 +304,7 @@ def step_draining(record: Record, ctx: Context, *, now: float, policy: Remediati
                    drain_outcome=state.outcome,
                    note=f"{message}; fallback hold: the node stays cordoned, move or evict these pods, then "
                         f"uncordon or repair it yourself")
-    wake = state.wake_at if state.wake_at is not None else now + policy.poll_s
+    wake = result.wake_at if result.wake_at is not None else now + policy.poll_s
     return stay(record, now=now, until=max(wake, now + 1.0), note=f"draining: {len(state.remaining)} pods still on the node",
                 **fields(drain=state.to_data()))
 

@@ -16,6 +16,7 @@ sweep of the others (its error is in the report).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
 from shared.kernel.timefmt import iso
-from shared.remediation import breaker, health
+from shared.remediation import breaker, dcgm, health
 from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
@@ -42,6 +43,7 @@ class Fault:
     condition: str
     since: float
     message: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # a DCGM fault's signal, metric, value, GPU, row
 
     @property
     def id(self) -> str:
@@ -63,12 +65,13 @@ class SweepReport:
     next_check: float | None = None
     breaker: str = ""
     faults: list[Fault] = field(default_factory=list)
+    dcgm: dict[str, Any] = field(default_factory=dict)  # shared.remediation.dcgm.DcgmSweep.summary()
 
     def summary(self) -> dict[str, Any]:
         return {"clusters": self.clusters, "nodes": self.nodes, "healthy": self.healthy, "unhealthy": self.unhealthy,
                 "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
                 "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
-                "next_check": self.next_check, "breaker": self.breaker}
+                "next_check": self.next_check, "breaker": self.breaker, "dcgm": dict(self.dcgm)}
 
 
 def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
@@ -142,6 +145,20 @@ def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, rep
               observations=observations)
 
 
+def _fold_dcgm(report: SweepReport, found: dcgm.DcgmSweep, *, observations: dict[str, float]) -> None:
+    """DCGM faults join the conditions' (same publishing, suppression and breaker); a workspace that
+    failed only adds its error (shared.remediation.dcgm: nothing is inferred from missing data)."""
+    report.dcgm = found.summary()
+    report.errors.extend(found.errors)
+    for key, since in found.observations.items():
+        observations[key] = min(since, observations.get(key, since))
+    if found.next_check is not None:
+        report.next_check = found.next_check if report.next_check is None else min(report.next_check, found.next_check)
+    for f in found.faults:
+        report.faults.append(Fault(cluster=f.cluster, node=f.node, pool=f.pool, condition=f.observed.key, since=f.since,
+                                   message=f.observed.detail()[:300], extra=f.observed.event_data()))
+
+
 def _handled(ctx: Context, fault: Fault) -> bool:
     rec = ctx.ledger.get(NODE_KIND, node_key(fault.cluster, fault.node))
     return rec is not None and fault.id in decode(rec.data, NodeData).faults
@@ -153,7 +170,7 @@ def _publish(ctx: Context, fault: Fault, *, now: float, policy: RemediationPolic
         subject=subject(fault.cluster, fault.pool, fault.node),
         data={"cluster": fault.cluster, "node": fault.node, "pool": fault.pool, "condition": fault.condition,
               "since": iso(fault.since), "observed_at": iso(now),
-              "threshold_s": policy.threshold_for(fault.condition), "message": fault.message},
+              "threshold_s": policy.threshold_for(fault.condition), "message": fault.message, **fault.extra},
         id_=fault.id,
     )
 
@@ -175,6 +192,7 @@ def sweep(ctx: Context) -> SweepReport:
         except StewardError as exc:
             report.errors.append(f"{cluster.id}: {type(exc).__name__}: {exc}")
             log.warning("sweep of %s failed: %s", cluster.id, exc)
+    _fold_dcgm(report, dcgm.sweep(ctx, clusters, policy=policy), observations=observations)
     now = ctx.clock.now()
     try:
         state = breaker.update(ctx, observations=observations, fleet_nodes=report.nodes, policy=policy)

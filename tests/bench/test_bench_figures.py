@@ -48,9 +48,9 @@ def test_the_json_document_has_one_entry_per_figure_with_the_required_keys(tmp_p
 
 def test_the_table_shows_every_figure_and_why_one_was_not_measured() -> None:
     text = report.table([measured("cold import", 500.0, "ms", baseline=3500.0, baseline_name="eager"),
-                         not_measured("migration", "s", "shared.migration.core is not finished")])
+                         not_measured("migration", "s", "shared.migration.steps is not finished")])
     assert "cold import" in text and "7.0x less" in text
-    assert "migration" in text and "not measured: shared.migration.core is not finished" in text
+    assert "migration" in text and "not measured: shared.migration.steps is not finished" in text
 
 
 @pytest.mark.parametrize(("after", "expected"), [(90.0, 90.0), (91.0, 120.0), (119.9, 120.0)],

@@ -469,14 +469,14 @@ class TestAWaveOfFailures:
     def test_fleetctl_breaker_reset_closes_it_and_the_ten_are_repaired_within_the_pool_budget(self,
                                                                                                 wave: Fleet) -> None:
         # The scenario opens the breaker on its own (the test above watches it happen); alone, this test waits for it.
-        wave.wait(lambda: (wave.breaker() or Record(kind="", id="")).state == "open", timeout=60, what="the breaker to open")
+        wave.wait(lambda: getattr(wave.breaker(), "state", None) == "open", timeout=60, what="the breaker to open")
         command = [sys.executable, "-m", "fleetctl", "--settings", str(wave.stack.settings_path),
                    "--endpoints", str(wave.stack.endpoints_path), "breaker", "--reset", "--by", "e2e-operator",
                    "--reason", "storm understood"]
         out = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=devstack.ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
         # Issue 11: fleetctl asks through a validated command record; the app's reconciler applies it.
-        wave.wait(lambda: (wave.breaker() or Record(kind="", id="")).state == "closed" or None, timeout=60,
+        wave.wait(lambda: getattr(wave.breaker(), "state", None) == "closed" or None, timeout=60,
                   what="the reconciler to apply the reset command")
         # The Reset event is published right after the breaker row is written: wait for it, then count.
         reset = wave.wait(lambda: wave.events("Steward.Breaker.Reset") or None, timeout=60,

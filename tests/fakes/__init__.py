@@ -1,7 +1,10 @@
-"""One in-memory fake per port that has no cheaper stand-in, outside the product.
+"""One in-memory fake per port of shared.kernel.ports, outside the product.
 
-``ledger.InMemoryLedger`` (LedgerPort), ``events.RecordingEvents`` (EventsPort) and ``nudge.RecordingNudger``
-(NudgePort). The unit tests use them, and so does the soak (``soak.inprocess``), a test harness run from the
-repository root (``python -m soak``), where ``tests`` is importable as a namespace package. Nothing under
-``shared/`` or ``functions/`` may import them.
+``aks.FakeAks`` (AksPort), ``kube.FakeKube`` (KubePort), ``compute.FakeCompute`` (ComputePort),
+``events.RecordingEvents`` (EventsPort), ``ledger.InMemoryLedger`` (LedgerPort), ``nudge.RecordingNudger``
+(NudgePort) and ``access.FakeAccess`` (ClusterAccess); ``faults`` and ``objects`` are their shared parts.
+tests/unit/test_port_signatures.py holds each to its port's signatures. The job fakes of tests/unit
+(fakes_remediation, fakes_migration, fakes_pool) build scenarios over them. The soak (``soak.inprocess``),
+a test harness run from the repository root (``python -m soak``), uses them too, where ``tests`` is
+importable as a namespace package. Nothing under ``shared/`` or ``functions/`` may import them.
 """

@@ -1,4 +1,4 @@
-"""EventsPort in memory: keeps what was published, and can be told to fail the next calls."""
+"""EventsPort in memory: keeps each CloudEvent it was given, and can be told to fail the next calls."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+SOURCE = "/gpu-fleet-steward"
+
 
 class RecordingEvents:
-    """EventsPort that keeps what was published (for tests); can be told to fail the next calls."""
+    """EventsPort that keeps what was published, as dicts shaped like the CloudEvent the adapter sends
+    (``id``, ``source``, ``type``, ``subject``, ``data``); ``failures`` are raised by the next calls, in order."""
 
-    def __init__(self, *, source: str = "/gpu-fleet-steward") -> None:
+    def __init__(self, *, source: str = SOURCE) -> None:
         self.source = source
         self.published: list[dict[str, Any]] = []
         self.failures: list[Exception] = []
@@ -31,6 +34,11 @@ class RecordingEvents:
     def types(self) -> list[str]:
         with self._lock:
             return [e["type"] for e in self.published]
+
+    def delivered(self, type_: str) -> list[dict[str, Any]]:
+        """The published events of ``type_`` as Event Grid delivers them: CloudEvents 1.0
+        (https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/spec.md), what a handler receives."""
+        return [{"specversion": "1.0", **e} for e in self.of_type(type_)]
 
     def clear(self) -> None:
         with self._lock:

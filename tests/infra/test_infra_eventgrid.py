@@ -21,14 +21,21 @@ def local_subscriptions() -> dict[str, dict[str, Any]]:
     return {name: spec for name, spec in data.items() if not name.startswith("$")}
 
 
+SYSTEM_SUBSCRIPTION_TYPE = "Microsoft.EventGrid/systemTopics/eventSubscriptions"
+
+
 def azure_subscriptions() -> dict[str, dict[str, Any]]:
-    """Function name -> the subscription body delivering to it."""
+    """Function name -> the subscription body delivering to it (the app's topic, and the HealthResources
+    system topic of each fleet subscription)."""
     out = {}
-    for res in resources_of_type(bicep("app/eventgrid-subscription.bicep"), SUBSCRIPTION_TYPE).values():
-        body = resource_body(res)
-        target = body["properties"]["destination"]["properties"]["resourceId"]
-        assert target.startswith("${functionApp.id}/functions/"), target
-        out[target.rsplit("/", 1)[1]] = body
+    for file, type_, prefix in (("app/eventgrid-subscription.bicep", SUBSCRIPTION_TYPE, "${functionApp.id}/functions/"),
+                                ("app/health-events-subscription.bicep", SYSTEM_SUBSCRIPTION_TYPE,
+                                 "${functionAppId}/functions/")):
+        for res in resources_of_type(bicep(file), type_).values():
+            body = resource_body(res)
+            target = body["properties"]["destination"]["properties"]["resourceId"]
+            assert target.startswith(prefix), target
+            out[target.rsplit("/", 1)[1]] = body
     return out
 
 

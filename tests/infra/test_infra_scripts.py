@@ -66,7 +66,8 @@ def test_the_postdeploy_hook_deploys_the_subscription_with_every_parameter_it_ne
     result = subprocess.run([SH, str(SCRIPTS / "postdeploy.sh")], env={**env, **outputs}, capture_output=True,
                             text=True, timeout=30, check=False)
     assert result.returncode == 0, result.stderr
-    [call] = [c for c in _calls(env) if " deployment group create " in f" {c.split(' ', 1)[1]} "]
+    [call] = [c for c in _calls(env) if " deployment group create " in f" {c.split(' ', 1)[1]} "
+              and "eventgrid-subscription.bicep" in c]
     assert "--template-file" in call and call.split("--template-file ")[1].split()[0].endswith(
         "infra/app/eventgrid-subscription.bicep")
     assert f"--resource-group {outputs['AZURE_RESOURCE_GROUP']}" in call
@@ -86,9 +87,26 @@ def test_the_postdeploy_hook_retries_while_the_function_is_not_indexed(
                             env={**env, **outputs, "FAIL_DEPLOYMENTS": str(failures), "POSTDEPLOY_ATTEMPTS": "3",
                                  "POSTDEPLOY_RETRY_DELAY_S": "0"}, check=False)
     assert result.returncode == code, result.stderr
-    assert sum(" deployment group create " in c for c in _calls(env)) == attempts
+    assert sum(" deployment group create " in c and "eventgrid-subscription.bicep" in c for c in _calls(env)) == attempts
     if code:
         assert "azd hooks run postdeploy" in result.stderr
+
+
+def test_the_postdeploy_hook_subscribes_health_events_on_each_fleet_subscription(tmp_path: Path) -> None:
+    env = _stub_path(tmp_path)
+    outputs = {name: f"value-of-{name}" for name in _main_outputs()}
+    outputs["HEALTH_FLEET_SUBSCRIPTIONS"] = "sub-a sub-b"
+    result = subprocess.run([SH, str(SCRIPTS / "postdeploy.sh")], env={**env, **outputs}, capture_output=True,
+                            text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    calls = [c for c in _calls(env) if "health-events-subscription.bicep" in c]
+    assert [c.split("--subscription ")[1].split()[0] for c in calls] == ["sub-a", "sub-b"]
+    wanted = bicep("app/health-events-subscription.bicep")["parameters"]
+    for call in calls:
+        assert f"--resource-group {outputs['HEALTH_RESOURCE_GROUP']}" in call
+        passed = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in call.split() if "=" in arg}
+        assert set(passed) == set(wanted)
+        assert all(value.startswith("value-of-") for value in passed.values()), "every value comes from an azd output"
 
 
 def test_the_postdeploy_hook_stops_when_provision_has_not_run(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "architecture.md"
 MAX_FILES = 8
-JOBS = ("pool-request", "remediation", "health-sweep", "migration", "reconcile")
+JOBS = ("pool-request", "remediation", "health-events", "health-sweep", "migration", "reconcile")
 
 
 def _paths() -> dict[str, list[tuple[str, str]]]:

@@ -47,7 +47,7 @@ CASES = {
         "shared.remediation.commands", "from shared.pools import teams", "layers", "shared.pools.teams"),
     "a job imports the app layer at run time": Forbidden(
         "shared.remediation.health", "from shared.settings import Settings", "layers", "shared.settings"),
-    "drain imports fleet": Forbidden("shared.drain.core", "from shared.fleet import scope", "layers", "shared.fleet.scope"),
+    "drain imports fleet": Forbidden("shared.drain.runner", "from shared.fleet import scope", "layers", "shared.fleet.scope"),
     "fleet imports a job": Forbidden("shared.fleet.gpu_sizes", "import shared.pools.teams", "layers", "shared.pools.teams"),
     "kernel imports the app layer": Forbidden("shared.kernel.steps", "import shared.wiring", "layers", "shared.wiring"),
     "an adapter imports a job": Forbidden(
@@ -112,7 +112,7 @@ def test_a_type_only_import_of_another_job_passes_lint_but_not_the_type_only_che
 
 def test_settings_may_be_named_in_type_hints_below_the_app_layer(tmp_path: Path) -> None:
     copy_layout(tmp_path)
-    for module in ("shared.kernel.context", "shared.remediation.steps", "shared.drain.core", "shared.adapters.aks"):
+    for module in ("shared.kernel.context", "shared.remediation.steps", "shared.drain.runner", "shared.adapters.aks"):
         inject(tmp_path, module, TYPE_ONLY.format(statement="from shared.settings import Settings"))
     for config in (CONFIG_TEXT, type_only_imports_counted(CONFIG_TEXT)):
         report = lint(tmp_path, config)

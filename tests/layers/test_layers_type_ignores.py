@@ -13,7 +13,7 @@ import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CEILING = 19  # shared/ at commit 4b3cbca (`git grep -c "type: ignore" 4b3cbca -- shared`)
+CEILING = 6  # shared/ had 19 before issue 12; never raise it
 IGNORE = re.compile(r"#\s*type:\s*ignore\b")
 
 

@@ -18,7 +18,7 @@ IN_PROCESS = Mix(process_every=0, table_every=0, strict=False)
 def test_seed_1040_two_replacements_in_one_pool_do_not_share_a_new_node() -> None:
     """Fixed: a delete-first replace dropped the count, a second replace surged from the lowered count and
     both took its one new node (pool 4 -> 3, both done). Replaces now take turns per pool and claim their
-    replacement node (shared/remediation/core.py, docs/remediation.md)."""
+    replacement node (shared/remediation/replace.py, docs/remediation.md)."""
     result = run_seed(1040, mix=IN_PROCESS, wall_budget_s=240.0)
     assert not result.failed, failure_text(result)
 

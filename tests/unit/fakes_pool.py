@@ -1,8 +1,9 @@
-"""Small in-memory fakes of AksPort, KubePort, EventsPort and ClusterAccess for the pool-request tests.
+"""The pool-request tests' world, over the port fakes of tests/fakes.
 
-What is faked: ARM (clusters, agent pools with provisioningState, PUTs recorded), one Kubernetes
+Faked (tests/fakes): ARM (clusters, agent pools with provisioningState, PUTs recorded), one Kubernetes
 API per cluster (nodes, arbitrary objects such as Jobs and Karpenter objects) and the Event Grid
-publisher. What is real: the ledger (tests.fakes.ledger.InMemoryLedger), the clock (ManualClock), the
+publisher. This module builds requests and the world (:func:`make_world`), and re-exports the fakes
+under the names the tests import. What is real: the ledger (tests.fakes.ledger.InMemoryLedger), the clock (ManualClock), the
 validation, the builders and the state machine. ``materialise`` plays the part of AKS bringing up
 a pool's nodes the way the simulator does (labels, allocatable GPUs, NPD conditions by profile).
 """
@@ -10,18 +11,25 @@ a pool's nodes the way the simulator does (labels, allocatable GPUs, NPD conditi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.fleet import gpu_sizes
 from shared.kernel.clock import ManualClock
 from shared.kernel.context import Context
-from shared.kernel.errors import Conflict, NotFound
-from shared.kernel.ports import ClusterInfo, Condition, NodeView, PodView, PoolInfo, Taint
+from shared.kernel.ports import ClusterInfo, Condition, NodeView, Taint
 from shared.pools.policy import PoolRequestPolicy
 from shared.settings import Settings
+from tests.fakes.access import FakeAccess, Fakes
+from tests.fakes.aks import FakeAks, Put
+from tests.fakes.events import RecordingEvents
+from tests.fakes.kube import FakeKube
 from tests.fakes.ledger import InMemoryLedger
+
+__all__ = ["CLUSTER", "HEALTHY_NPD", "NAP_CLUSTER", "OTHER_SUB", "RG", "SUB", "FakeAccess", "FakeAks", "FakeKube", "Put",
+           "RecordingEvents", "World", "cluster_id", "cluster_info", "make_node", "make_world", "materialise", "message",
+           "request"]
 
 SUB = "00000000-0000-0000-0000-000000000001"
 OTHER_SUB = "00000000-0000-0000-0000-0000000000ff"
@@ -54,195 +62,7 @@ def message(**overrides: Any) -> str:
     return json.dumps(request(**overrides))
 
 
-# --------------------------------------------------------------------------- events
-
-
-@dataclass
-class Published:
-    type_: str
-    subject: str
-    data: Mapping[str, Any]
-    id_: str | None
-
-
-class RecordingEvents:
-    def __init__(self) -> None:
-        self.published: list[Published] = []
-        self.fail_next: Exception | None = None
-
-    def publish(self, *, type_: str, subject: str, data: Mapping[str, Any], id_: str | None = None) -> None:
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
-        self.published.append(Published(type_, subject, dict(data), id_))
-
-    def types(self) -> list[str]:
-        return [p.type_ for p in self.published]
-
-
-# --------------------------------------------------------------------------- ARM
-
-
-@dataclass
-class Put:
-    cluster: str
-    pool: str
-    body: Mapping[str, Any]
-    preview: bool
-
-
-class FakeAks:
-    def __init__(self, clusters: Sequence[ClusterInfo]) -> None:
-        self.clusters = {c.id.lower(): c for c in clusters}
-        self.pools: dict[tuple[str, str], dict[str, Any]] = {}
-        self.puts: list[Put] = []
-        self.put_error: Exception | None = None
-        self.get_cluster_calls = 0
-        self.stable_reads = False  # like ARM on a stable api-version: preview fields (migStrategy) not shown
-        self.deletes: list[tuple[str, str]] = []
-        self.delete_error: Exception | None = None
-
-    def get_cluster(self, cluster_id: str) -> ClusterInfo:
-        self.get_cluster_calls += 1
-        try:
-            return self.clusters[cluster_id.lower()]
-        except KeyError:
-            raise NotFound(f"cluster {cluster_id}") from None
-
-    def list_clusters(self, subscription: str) -> list[ClusterInfo]:
-        return [c for c in self.clusters.values() if c.subscription == subscription]
-
-    def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None:
-        props = self.pools.get((cluster_id.lower(), pool))
-        if props is None:
-            return None
-        shown = json.loads(json.dumps(props))
-        if self.stable_reads:
-            nvidia = (shown.get("gpuProfile") or {}).get("nvidia") or {}
-            nvidia.pop("migStrategy", None)
-            nvidia.pop("migProfiles", None)
-        return PoolInfo(cluster_id=cluster_id, name=pool, properties=shown)
-
-    def list_pools(self, cluster_id: str) -> list[PoolInfo]:
-        return [PoolInfo(cluster_id=cluster_id, name=p, properties=dict(v))
-                for (c, p), v in self.pools.items() if c == cluster_id.lower()]
-
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
-                       etag: str | None = None, create_only: bool = False) -> None:
-        self.puts.append(Put(cluster_id, pool, json.loads(json.dumps(body)), preview))
-        if self.put_error is not None:
-            raise self.put_error
-        self.get_cluster(cluster_id)
-        if create_only and (cluster_id.lower(), pool) in self.pools:
-            raise Conflict(f"Agent pool '{pool}' already exists (If-None-Match: *).")
-        self.pools[(cluster_id.lower(), pool)] = {**body["properties"], "provisioningState": "Creating"}
-
-    def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False,
-                          etag: str | None = None) -> None:
-        self.deletes.append((cluster_id, pool))
-        if self.delete_error is not None:
-            raise self.delete_error
-        current = (self.pools.get((cluster_id.lower(), pool)) or {}).get("eTag")
-        if etag and current and str(current).strip('"') != str(etag).strip('"'):
-            raise Conflict(f"412 PreconditionFailed: pool {pool} has eTag {current}, not {etag}")
-        self.pools.pop((cluster_id.lower(), pool), None)
-
-    def set_state(self, cluster_id: str, pool: str, state: str, *, error: Mapping[str, Any] | None = None) -> None:
-        props = self.pools[(cluster_id.lower(), pool)]
-        props["provisioningState"] = state
-        if error is not None:
-            props["status"] = {"provisioningError": dict(error)}
-
-
-# --------------------------------------------------------------------------- Kubernetes
-
-
-def _matches(labels: Mapping[str, str], selector: str) -> bool:
-    for term in filter(None, selector.split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
-            return False
-    return True
-
-
-class FakeKube:
-    def __init__(self) -> None:
-        self.nodes: dict[str, NodeView] = {}
-        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-        self.created: list[dict[str, Any]] = []
-        self.applied: list[dict[str, Any]] = []
-        self.deleted: list[tuple[str, str, str, str]] = []
-        self.list_selectors: list[str] = []
-        self.pods: list[PodView] = []
-        self.uids = 0
-
-    def list_pods(self, *, node_name: str | None = None, namespace: str | None = None,
-                  label_selector: str = "") -> list[PodView]:
-        return [p for p in self.pods if (node_name is None or p.node_name == node_name)
-                and (namespace is None or p.namespace == namespace) and _matches(p.labels, label_selector)]
-
-    @staticmethod
-    def _key(api_version: str, kind: str, name: str, namespace: str | None) -> tuple[str, str, str, str]:
-        return (api_version, kind, namespace or "", name)
-
-    def list_nodes(self, *, label_selector: str = "", page_size: int = 500) -> Iterator[NodeView]:
-        self.list_selectors.append(label_selector)
-        return iter([n for n in self.nodes.values() if _matches(n.labels, label_selector)])
-
-    def get_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Mapping[str, Any] | None:
-        obj = self.objects.get(self._key(api_version, kind, name, namespace))
-        return None if obj is None else json.loads(json.dumps(obj))
-
-    def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        """As the API server: 409 when the name is taken; else stored with a fresh uid, and returned."""
-        meta = obj["metadata"]
-        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        if key in self.objects:
-            raise Conflict(f"{obj['kind']} {meta['name']} exists")
-        stored = json.loads(json.dumps(obj))
-        self.uids += 1
-        stored["metadata"]["uid"] = f"00000000-0000-4000-8000-{self.uids:012d}"
-        self.objects[key] = stored
-        self.created.append(stored)
-        return json.loads(json.dumps(stored))
-
-    def put_foreign_job(self, job: Mapping[str, Any], *, uid: str = "f0f0f0f0-0000-4000-8000-000000000000") -> None:
-        """A Job someone else created (another identity with rights in the namespace), stored as is."""
-        stored = json.loads(json.dumps(job))
-        stored["metadata"]["uid"] = uid
-        meta = stored["metadata"]
-        self.objects[self._key(stored["apiVersion"], stored["kind"], meta["name"], meta.get("namespace"))] = stored
-
-    def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        """As a server-side apply: a new object gets a fresh uid, an existing one keeps its own."""
-        meta = obj["metadata"]
-        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        stored = json.loads(json.dumps(obj))
-        previous = (self.objects.get(key) or {}).get("metadata") or {}
-        if previous.get("uid"):
-            stored["metadata"]["uid"] = previous["uid"]
-        else:
-            self.uids += 1
-            stored["metadata"]["uid"] = f"00000000-0000-4000-8000-{self.uids:012d}"
-        self.objects[key] = stored
-        self.applied.append(json.loads(json.dumps(obj)))
-        return obj
-
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
-                      uid: str | None = None) -> None:
-        key = self._key(api_version, kind, name, namespace)
-        if key not in self.objects:
-            raise NotFound(f"{kind} {name}")
-        if uid and (self.objects[key].get("metadata") or {}).get("uid") != uid:
-            raise Conflict(f"{kind} {name}: Precondition failed: UID in precondition: {uid}")
-        del self.objects[key]
-        self.deleted.append(key)
-
-    def set_job_status(self, name: str, namespace: str, status: Mapping[str, Any]) -> None:
-        self.objects[("batch/v1", "Job", namespace, name)]["status"] = dict(status)
-
-    def jobs(self) -> list[dict[str, Any]]:
-        return [o for k, o in self.objects.items() if k[1] == "Job"]
+# --------------------------------------------------------------------------- nodes
 
 
 def make_node(name: str, *, pool: str = "gpunp", ready: bool = True, labels: Mapping[str, str] | None = None,
@@ -297,21 +117,6 @@ def materialise(aks: FakeAks, kube: FakeKube, cluster: str, pool: str) -> list[N
 # --------------------------------------------------------------------------- access + context
 
 
-class FakeAccess:
-    def __init__(self, aks: FakeAks) -> None:
-        self._aks = aks
-        self.kubes: dict[str, FakeKube] = {}
-
-    def aks(self) -> FakeAks:
-        return self._aks
-
-    def compute(self) -> Any:
-        raise AssertionError("pool creation never calls Microsoft.Compute")
-
-    def kube(self, cluster_id: str) -> FakeKube:
-        return self.kubes.setdefault(cluster_id.lower(), FakeKube())
-
-
 def cluster_info(cid: str, *, nap: bool = False, tags: Mapping[str, str] | None = None) -> ClusterInfo:
     name = cid.rsplit("/", 1)[-1]
     sub = cid.split("/")[2]
@@ -337,13 +142,17 @@ class World:
 
 def make_world(*, policy: PoolRequestPolicy | None = None, paused: bool = False,
                extra_clusters: Sequence[ClusterInfo] = ()) -> World:
+    """Three clusters (tagged, NAP, untagged); every cluster's API reachable. A pool's PUT stays Creating
+    until the test brings it up (:func:`materialise`) or fails it (``aks.set_state``)."""
     clusters = [cluster_info(CLUSTER), cluster_info(NAP_CLUSTER, nap=True),
                 cluster_info(cluster_id("untagged"), tags={}), *extra_clusters]
-    aks = FakeAks(clusters)
-    access = FakeAccess(aks)
+    clock = ManualClock()
+    fakes = Fakes(aks=FakeAks(clock, clusters, op_s=None), new_kube=lambda _: FakeKube(clock))
+    fakes.aks.kube = fakes.kube_of
+    aks = fakes.aks
+    access = FakeAccess(fakes)
     events = RecordingEvents()
     ledger = InMemoryLedger()
-    clock = ManualClock()
     chosen = policy or PoolRequestPolicy()
     settings = Settings(subscriptions=(SUB,), eventgrid_topic_endpoint="https://topic.example/api/events",
                         paused=paused, pool_requests=chosen)

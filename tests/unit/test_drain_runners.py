@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from shared.drain.settings import DrainSettings
 from shared.drain.state import REFUSED
 from shared.kernel.errors import Forbidden
 from shared.kernel.ports import EvictionResult
@@ -26,8 +27,8 @@ from tests.unit.fakes_remediation import Fleet, make_pod, run_until_settled, unh
 NODE = "aks-gpu-1"
 
 
-def broken(policy: RemediationPolicy | None = None, *pods: Any) -> Fleet:
-    fleet = Fleet(policy=policy)
+def broken(policy: RemediationPolicy | None = None, *pods: Any, drain: DrainSettings | None = None) -> Fleet:
+    fleet = Fleet(policy=policy, drain=drain)
     fleet.pool(5, unhealthy=[1])
     fleet.kube.add_pods(make_pod("dcgm", NODE, owner="DaemonSet"), *pods)
     fleet.compute.outcomes["restart"] = "heals"
@@ -184,7 +185,7 @@ def test_a_migration_refuses_the_pool_before_evicting_on_any_node() -> None:
     rec = world.drive()
     assert rec.state == "blocked"
     assert "before evicting anything" in rec.data["reason"] and "REMEDIATION_UNMANAGED_PODS=evict" in rec.data["reason"]
-    assert [p.name for p in world.fleet.pods[world.cid] if p.deleting_at is not None] == [], "nothing evicted"
+    assert [p.name for p in world.fleet.pods[world.cid] if p.deletion_timestamp is not None] == [], "nothing evicted"
     assert world.pool("gpu") is not None
     assert_safe(world)
 
@@ -193,8 +194,8 @@ def test_a_migration_refuses_the_pool_before_evicting_on_any_node() -> None:
 
 
 def test_a_pod_the_gpu_fault_leaves_unkillable_does_not_hold_the_repair_for_the_whole_drain_deadline() -> None:
-    fleet = broken(RemediationPolicy(drain_timeout_s=3600),  # DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S: 300 by default
-                   make_pod("train-1", NODE, grace=30))
+    fleet = broken(None, make_pod("train-1", NODE, grace=30),  # DRAIN_SKIP_WAIT_FOR_DELETE_TIMEOUT_S: 300 by default
+                   drain=DrainSettings(drain_timeout_s=3600))
     fleet.kube.evict_terminates = True  # evicted, then stuck Terminating: its process hangs in the driver
     started = fleet.clock.now()
     assert run_until_settled(fleet) == [State.DONE]
@@ -215,7 +216,7 @@ def _never_frees(fleet: Fleet) -> None:
 
 def test_a_drain_a_budget_never_lets_through_stops_after_the_timeout_and_names_the_pdb() -> None:
     web = msgspec.structs.replace(make_pod("web-1", NODE), labels={"app": "web"})
-    fleet = broken(RemediationPolicy(pdb_blocked_timeout_s=1800, drain_timeout_s=3600), web)
+    fleet = broken(None, web, drain=DrainSettings(pdb_blocked_timeout_s=1800, drain_timeout_s=3600))
     _never_frees(fleet)
     started = fleet.clock.now()
     assert run_until_settled(fleet) == [State.GAVE_UP]
@@ -233,7 +234,7 @@ def test_a_drain_a_budget_never_lets_through_stops_after_the_timeout_and_names_t
 
 def test_a_budget_refusal_reports_once_not_on_every_retry() -> None:
     web = msgspec.structs.replace(make_pod("web-1", NODE), labels={"app": "web"})
-    fleet = broken(RemediationPolicy(pdb_blocked_timeout_s=1800), web)
+    fleet = broken(None, web, drain=DrainSettings(pdb_blocked_timeout_s=1800))
     _never_frees(fleet)
     run_until_settled(fleet)
     assert len(events(fleet, "StewardDrainWaiting")) <= 2
@@ -271,7 +272,6 @@ def test_two_pdbs_seen_up_front_refuse_the_node_without_an_eviction() -> None:
 def test_a_migration_whose_budget_never_frees_up_blocks_after_the_pdb_blocked_timeout() -> None:
     import dataclasses
 
-    from shared.drain.settings import DrainSettings
     from shared.migration.planner import run_planner
     from shared.migration.policy import MigrationPolicy
     from tests.unit.test_migration import World, assert_safe

@@ -113,7 +113,7 @@ def test_the_delete_waits_while_the_replacement_has_no_ready_node() -> None:
                                                            tags={TAG_MIGRATED_FROM: "bystander"}))
     for node in world.fleet.nodes[world.cid].values():
         if node.pool == "bystanderm1":
-            node.ready_at = NOW + 10_000
+            world.fleet.kube_of(world.cid).ready_at[node.name] = NOW + 10_000  # still booting
     _forged_migration(world, pool="bystander", replacement="bystanderm1")
     after = _reconcile(world)
     assert after.state == "deleting" and "no Ready node" in after.data["waiting"]

@@ -68,7 +68,7 @@ def _untouched(world: World, cid: str) -> None:
 
 def _out_of_scope(world: World) -> str:
     cid = world.fleet.add_cluster("c2")
-    world.fleet.clusters[cid] = msgspec.structs.replace(world.fleet.clusters[cid], tags={})  # not in the fleet
+    world.fleet.aks.update_cluster(cid, tags={})  # not in the fleet
     return cid
 
 
@@ -94,7 +94,7 @@ def test_a_forged_row_in_any_state_for_a_pool_the_planner_never_chooses_writes_n
         world.fleet.add_pool(cid, pool, props)
     world.fleet.add_workload(cid, "victim", 1, pool=pool, tolerations=({"operator": "Exists"},))
     _with_replacement(world, cid, pool, props)
-    world.fleet.arm_writes.clear()
+    world.fleet.aks.writes.clear()
     extra = {"autoscaler_was": {"min": 0, "max": 50}} if state == "rolling_back" else {}
     if state in ("draining", "rolling_back"):
         extra["cordoned"] = [n.name for n in world.fleet.nodes[cid].values() if n.pool == pool]
@@ -148,7 +148,7 @@ def test_a_row_pointing_the_replacement_at_another_existing_pool_cordons_and_dra
     # that pool and went on to cordon and drain gpu's nodes onto it.
     world = World()
     world.fleet.add_pool(world.cid, "other", t4_pool(count=3, gpuProfile=MANAGED_GPU_PROFILE))
-    world.fleet.arm_writes.clear()
+    world.fleet.aks.writes.clear()
     world.ledger.create(_gpu_row(world, data={"replacement": "other"}))
     _drive(world)
     after = world.ledger.get("migration", migration_id(world.cid, "gpu"))
@@ -204,7 +204,7 @@ def test_the_rollback_deletes_the_replacement_only_if_match_and_looks_again_afte
     def changed_meanwhile(self: FakeAks, cid: str, pool: str, **kwargs: Any) -> None:
         if not raced:  # someone writes the replacement between our read and our DELETE
             raced.append(pool)
-            self.f.new_etag(cid, pool)
+            self.new_etag(cid, pool)
         plain(self, cid, pool, **kwargs)
 
     monkeypatch.setattr(FakeAks, "begin_delete_pool", changed_meanwhile)
@@ -252,7 +252,7 @@ def test_deletemachines_rereads_the_pool_right_before_the_call(monkeypatch: pyte
         machines = plain(self, cid, pool)
         if pool == "gpu" and not flipped:
             flipped.append(pool)
-            self.f.pools[(cid, pool)]["mode"] = "System"
+            self.pool_props(cid, pool)["mode"] = "System"
         return machines
 
     monkeypatch.setattr(FakeAks, "list_machines", listing)
@@ -270,7 +270,7 @@ def test_a_rollback_row_never_turns_on_an_autoscaler_with_bounds_the_replacement
     rec = _rolling_back(world)  # the replacement gpum1 is tagged with the old bounds "1-5"
     world.fleet.pools[(world.cid, "gpu")].update(enableAutoScaling=False, minCount=None, maxCount=None)
     forged = msgspec.structs.replace(rec, data={**rec.data, "autoscaler_was": {"min": 0, "max": 1000}})
-    world.fleet.arm_writes.clear()
+    world.fleet.aks.writes.clear()
     after = migration.advance(forged, world.ctx())
     assert after.state == "blocked" and "not the ones gpum1 was tagged with (1-5)" in after.data["reason"]
     assert world.fleet.arm_writes == [] and world.pool("gpu")["enableAutoScaling"] is False  # type: ignore[index]

@@ -25,7 +25,7 @@ def bindings(name: str) -> dict[str, dict[str, Any]]:
 
 
 # The pool-request functions are one per team of POOL_REQUEST_TEAMS (tests/unit/test_function_app_teams.py);
-# this process sets no team, so the app has the five functions of the other jobs.
+# this process sets no team, so the app has the six functions of the other jobs.
 APP_FUNCTIONS = set(FUNCTIONS)
 TEAM = teams.Team(name="vision", queue="gpu-pool-requests-vision", clusters=None)
 _team_bp = func.Blueprint()
@@ -36,8 +36,8 @@ _team_app.register_functions(_team_bp)
 FUNCTIONS.update({f.get_function_name(): f for f in _team_app.get_functions()})
 
 
-def test_the_app_registers_exactly_the_five_functions_of_the_other_jobs_when_no_team_is_set() -> None:
-    assert set(APP_FUNCTIONS) == {"reconcile_timer", "reconcile_nudge", "health_sweep", "remediation_events",
+def test_the_app_registers_exactly_the_six_functions_of_the_other_jobs_when_no_team_is_set() -> None:
+    assert set(APP_FUNCTIONS) == {"reconcile_timer", "reconcile_nudge", "health_sweep", "remediation_events", "health_events",
                                   "migration_planner"}
 
 
@@ -45,7 +45,8 @@ def test_the_app_registers_exactly_the_five_functions_of_the_other_jobs_when_no_
     ("function", "trigger", "setting"),
     [("reconcile_nudge", "queueTrigger", "%NUDGE_QUEUE%"),
      ("reconcile_timer", "timerTrigger", "%RECONCILE_SCHEDULE%"), ("health_sweep", "timerTrigger", "%SWEEP_SCHEDULE%"),
-     ("migration_planner", "timerTrigger", "%MIGRATION_SCHEDULE%"), ("remediation_events", "eventGridTrigger", None)],
+     ("migration_planner", "timerTrigger", "%MIGRATION_SCHEDULE%"), ("remediation_events", "eventGridTrigger", None),
+     ("health_events", "eventGridTrigger", None)],
     ids=lambda v: str(v),
 )
 def test_every_trigger_takes_its_queue_or_schedule_from_an_app_setting(function: str, trigger: str,

@@ -249,7 +249,8 @@ def test_a_replacement_that_never_becomes_healthy_is_rolled_back_and_the_old_poo
 def test_a_rollback_uncordons_only_the_nodes_this_migration_cordoned() -> None:
     world = World(policy=MigrationPolicy(enabled=True, strategy="surge", validate_timeout_s=600))
     node = sorted(n for n in world.fleet.nodes[world.cid] if "gpu-" in n)[0]
-    world.fleet.nodes[world.cid][node].unschedulable = True  # an operator's cordon
+    kube = world.fleet.kube_of(world.cid)
+    kube.nodes[node] = msgspec.structs.replace(kube.nodes[node], unschedulable=True)  # an operator's cordon
     run_planner(world.ctx())
     rec = world.record()
     draining = world.drive_direct(rec, crash_each_step=False, until="draining")
@@ -349,11 +350,11 @@ def test_a_window_closing_mid_migration_pauses_between_batches() -> None:
     while rec.state != "draining" or rec.data.get("batch"):
         world.clock.advance(max(0.0, rec.next_at - world.clock.now()))
         rec = advance(rec, world.ctx())
-    evictions_before = [p.name for p in world.fleet.pods[world.cid] if p.deleting_at is not None]
+    evictions_before = [p.name for p in world.fleet.pods[world.cid] if p.deletion_timestamp is not None]
     closed = world.ctx(policy=MigrationPolicy(enabled=True, strategy="surge", window="Sat 01:00-06:00 UTC"))
     after = advance(rec, closed)
     assert after.state == "draining" and "waiting for window" in after.data["waiting"]
-    assert [p.name for p in world.fleet.pods[world.cid] if p.deleting_at is not None] == evictions_before
+    assert [p.name for p in world.fleet.pods[world.cid] if p.deletion_timestamp is not None] == evictions_before
 
 
 def test_steward_paused_stops_every_write() -> None:
@@ -546,12 +547,12 @@ def test_a_step_writes_only_the_pool_version_it_checked(monkeypatch: pytest.Monk
         found = read(self, cid, pool)
         if pool == "gpu" and not flipped:
             flipped.append(pool)
-            self.f.pools[(cid, pool)]["mode"] = "System"
-            self.f.new_etag(cid, pool)
+            self.pool_props(cid, pool)["mode"] = "System"
+            self.new_etag(cid, pool)
         return found
 
     monkeypatch.setattr(FakeAks, "get_pool", racing_read)
-    world.fleet.arm_writes.clear()
+    world.fleet.aks.writes.clear()
     after = advance(rec, world.ctx())
     assert flipped and world.fleet.pools[(world.cid, "gpu")]["mode"] == "System"
     assert world.fleet.pools[(world.cid, "gpu")]["enableAutoScaling"] is True  # not frozen: nothing written

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import pytest
 
 from shared.fleet.node_fate import AUTOSCALER_DELETE_TAINT, PREEMPT_TAINT, SHUTDOWN_TAINT, going_away, is_shut_down
@@ -35,19 +36,21 @@ def spot_world(**policy: Any) -> World:
 
 def preempt(world: World, name: str) -> None:
     """The Preempt notice: AKS node auto-drain cordons the node with its taint."""
-    node = world.fleet.nodes[world.cid][name]
-    node.taints = (*node.taints, Taint(PREEMPT_TAINT, "", "NoSchedule"))
-    node.unschedulable = True
+    kube = world.fleet.kube_of(world.cid)
+    node = kube.nodes[name]
+    kube.nodes[name] = msgspec.structs.replace(node, taints=(*node.taints, Taint(PREEMPT_TAINT, "", "NoSchedule")),
+                                               unschedulable=True)
 
 
 def deallocate(world: World, name: str) -> list[str]:
     """The VM stops: the node is NotReady with the shutdown taint; its pods stay bound and never leave."""
-    node = world.fleet.nodes[world.cid][name]
-    node.taints = (*node.taints, Taint(SHUTDOWN_TAINT, "", "NoSchedule"))
-    node.ready_at = math.inf
-    stuck = [p for p in world.fleet.pods[world.cid] if p.node == name]
-    for pod in stuck:
-        pod.grace = 10**9  # nothing confirms a pod on a stopped VM stopped: it stays Terminating
+    kube = world.fleet.kube_of(world.cid)
+    node = kube.nodes[name]
+    kube.nodes[name] = msgspec.structs.replace(node, taints=(*node.taints, Taint(SHUTDOWN_TAINT, "", "NoSchedule")))
+    kube.ready_at[name] = math.inf  # NotReady from now on
+    stuck = [p for p in world.fleet.pods[world.cid] if p.node_name == name]
+    for pod in stuck:  # nothing confirms a pod on a stopped VM stopped: it stays Terminating
+        kube.pods[pod.uid] = msgspec.structs.replace(pod, grace_period_seconds=10**9)
     return [f"{p.namespace}/{p.name}" for p in stuck]
 
 
@@ -94,8 +97,9 @@ def test_a_pool_is_not_deleted_while_a_preempted_node_still_runs_pods_and_is_not
     run_planner(world.ctx(), start=False)
     record = world.drive_direct(world.record(), crash_each_step=False, until="deleting")
     victim = "aks-gpu-1234-vmss000001"
-    pod = next(p for p in world.fleet.pods[world.cid] if p.node.startswith("aks-gpum"))
-    pod.node = victim  # a workload pod that landed there before the notice
+    pod = next(p for p in world.fleet.pods[world.cid] if p.node_name.startswith("aks-gpum"))
+    kube = world.fleet.kube_of(world.cid)
+    kube.pods[pod.uid] = msgspec.structs.replace(pod, node_name=victim)  # a workload pod that landed there before the notice
     preempt(world, victim)
     stepped = advance(record, world.ctx())
     assert stepped.state == "deleting" and "waiting for Azure to take back" in stepped.data["waiting"]

@@ -44,7 +44,7 @@ def pause_migration_cluster(world: World, *, paused: bool = True) -> None:
     tags = {k: v for k, v in info.tags.items() if k != PAUSED_TAG}
     if paused:
         tags[PAUSED_TAG] = "true"
-    world.fleet.clusters[world.cid] = msgspec.structs.replace(info, tags=tags)
+    world.fleet.aks.update_cluster(world.cid, tags=tags)
 
 
 def test_the_planner_starts_no_migration_on_a_paused_cluster_and_says_why() -> None:
@@ -64,7 +64,7 @@ def test_a_migration_in_flight_holds_where_it_is_while_its_cluster_is_paused_and
     assert started.state not in ("planned", *MIGRATION_TERMINAL)
     pause_migration_cluster(world)
     writes_before, evictions_before = list(world.fleet.arm_writes), [
-        p.name for p in world.fleet.pods[world.cid] if p.deleting_at is not None]
+        p.name for p in world.fleet.pods[world.cid] if p.deletion_timestamp is not None]
     for _ in range(20):
         world.clock.advance(120)
         reconcile_once(world.ctx(), modules={"migration": migration})
@@ -72,7 +72,7 @@ def test_a_migration_in_flight_holds_where_it_is_while_its_cluster_is_paused_and
     assert held.state == started.state
     assert "paused" in held.data["waiting"] and "held where it is" in held.data["waiting"]
     assert world.fleet.arm_writes == writes_before
-    assert [p.name for p in world.fleet.pods[world.cid] if p.deleting_at is not None] == evictions_before
+    assert [p.name for p in world.fleet.pods[world.cid] if p.deletion_timestamp is not None] == evictions_before
     steps = [e for e in world.events.published if e["type"] == "Steward.Migration.Step"
              and "held where it is" in str(e["data"].get("note"))]
     assert len(steps) == 1  # reported once per pause, not every look

@@ -80,7 +80,7 @@ def test_a_valid_request_is_recorded_as_accepted_and_announced() -> None:
     stored = record(world)
     assert stored.state == "accepted" and stored.data["cluster"] == CLUSTER and stored.data["announced"] is True
     assert world.events.types() == ["Steward.PoolRequest.Accepted"]
-    assert world.events.published[0].subject == f"{CLUSTER}/agentPools/gpunp"
+    assert world.events.published[0]["subject"] == f"{CLUSTER}/agentPools/gpunp"
     assert world.aks.puts == []  # accept never touches the cluster
 
 
@@ -113,7 +113,7 @@ def test_a_bad_message_is_rejected_once_with_its_reasons_and_never_retried() -> 
     assert stored.state == "rejected" and stored.state in TERMINAL_STATES
     assert {p["field"] for p in stored.data["problems"]} == {"vmSize", "poolName"}
     [event] = world.events.published
-    assert event.type_ == "Steward.PoolRequest.Rejected" and len(event.data["reasons"]) == 2
+    assert event["type"] == "Steward.PoolRequest.Rejected" and len(event["data"]["reasons"]) == 2
     assert submit(world, vmSize="Standard_D4s_v5", poolName="GPU").status == "rejected"  # redelivered
     assert len(world.events.published) == 1 and len(world.ledger.list(KIND)) == 1
     reconcile(world)
@@ -125,7 +125,7 @@ def test_an_unreadable_message_is_rejected_under_a_hash_of_its_content() -> None
     outcome = accept(b"\x00 not json", dequeue_count=1, ctx=world.ctx)
     assert outcome.status == "rejected" and outcome.request_id.startswith("msg-")
     assert record(world, outcome.request_id).data["problems"][0]["field"] == "$"
-    assert world.events.published[0].subject == f"/pool-requests/{outcome.request_id}"
+    assert world.events.published[0]["subject"] == f"/pool-requests/{outcome.request_id}"
 
 
 def test_a_corrected_request_may_reuse_the_id_of_a_rejected_one() -> None:
@@ -155,7 +155,7 @@ def test_a_foreign_subscription_is_refused_without_asking_arm() -> None:
 
 def test_a_request_that_cannot_be_announced_is_not_recorded_and_the_retry_accepts_it() -> None:
     world = make_world()
-    world.events.fail_next = Transient("event grid 503")
+    world.events.failures.append(Transient("event grid 503"))
     with pytest.raises(Transient):
         submit(world)
     assert world.ledger.get(KIND, "req-0001") is None  # no reconciler can start what was never announced
@@ -219,7 +219,8 @@ def test_each_install_profile_goes_from_accepted_to_succeeded(overrides: dict[st
     assert final.data["outcome"]["state"] == "succeeded" and final.data["outcome"]["sample_job"] == "not requested"
     assert world.events.types() == ["Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"]
     created = world.events.published[-1]
-    assert created.id_ == "pool-request/req-0001/Created" and created.data["outcome"]["nodes"] == put.body["properties"]["count"]
+    assert created["id"] == "pool-request/req-0001/Created"
+    assert created["data"]["outcome"]["nodes"] == put.body["properties"]["count"]
     assert world.kube().list_selectors[-1] == "kubernetes.azure.com/agentpool=gpunp"
 
 
@@ -287,14 +288,14 @@ def test_a_failed_provisioning_ends_the_request_with_azures_error() -> None:
     final = record(world)
     assert final.state == "failed" and final.data["error"]["code"] == "QuotaExceeded"
     failed = world.events.published[-1]
-    assert failed.type_ == "Steward.PoolRequest.Failed" and failed.data["error"]["code"] == "QuotaExceeded"
-    assert "standardNCASv3_T4Family" in failed.data["error"]["message"] and failed.data["stage"] == "creating"
+    assert failed["type"] == "Steward.PoolRequest.Failed" and failed["data"]["error"]["code"] == "QuotaExceeded"
+    assert "standardNCASv3_T4Family" in failed["data"]["error"]["message"] and failed["data"]["stage"] == "creating"
 
 
 def test_a_put_refused_as_invalid_ends_the_request_with_azures_code() -> None:
     world = make_world()
     submit(world)
-    world.aks.put_error = Invalid("exceeding approved quota", code="QuotaExceeded")
+    world.aks.faults.fail_always["begin_put_pool"] = Invalid("exceeding approved quota", code="QuotaExceeded")
     reconcile(world)
     final = record(world)
     assert final.state == "failed" and final.data["error"] == {"code": "QuotaExceeded",
@@ -305,11 +306,11 @@ def test_a_put_refused_as_invalid_ends_the_request_with_azures_code() -> None:
 def test_a_busy_cluster_is_asked_again_later() -> None:
     world = make_world()
     submit(world)
-    world.aks.put_error = Conflict("OperationNotAllowed: another operation is in progress")
+    world.aks.faults.fail_always["begin_put_pool"] = Conflict("OperationNotAllowed: another operation is in progress")
     reconcile(world)
     waiting = record(world)
     assert waiting.state == "accepted" and waiting.next_at > world.clock.now()
-    world.aks.put_error = None
+    world.aks.faults.fail_always.pop("begin_put_pool")
     reconcile(world, seconds=world.policy.poll_interval_s)
     assert record(world).state == "creating" and len(world.aks.puts) == 2
 

@@ -66,7 +66,7 @@ def fail_provisioning(world: World) -> None:
 
 def test_an_unregistered_preview_feature_fails_the_request_with_the_commands_that_register_it() -> None:
     world = make_world()
-    world.aks.put_error = FeatureNotRegistered(f"Preview feature {FEATURE} not registered.",
+    world.aks.faults.fail_always["begin_put_pool"] = FeatureNotRegistered(f"Preview feature {FEATURE} not registered.",
                                                code="PreviewFeatureNotRegistered", feature=FEATURE)
     submit(world)
     reconcile(world)
@@ -76,7 +76,7 @@ def test_an_unregistered_preview_feature_fails_the_request_with_the_commands_tha
     message_text = final.data["error"]["message"]
     assert "az feature register --namespace Microsoft.ContainerService --name ManagedGPUExperiencePreview" in message_text
     assert "az provider register --namespace Microsoft.ContainerService" in message_text
-    assert world.events.published[-1].type_ == "Steward.PoolRequest.Failed"
+    assert world.events.published[-1]["type"] == "Steward.PoolRequest.Failed"
     assert world.aks.deletes == []  # nothing was created, nothing to clean
 
 
@@ -101,7 +101,7 @@ def test_a_pool_whose_provisioning_failed_is_deleted_and_reported_by_the_innermo
     assert final.state == "failed" and final.data["error"]["code"] == "QuotaExceeded"
     assert world.aks.deletes == [(CLUSTER, "gpunp")]
     assert final.data["outcome"]["cleanup"]["action"] == "deleted"
-    assert world.events.published[-1].data["cleanup"]["action"] == "deleted"
+    assert world.events.published[-1]["data"]["cleanup"]["action"] == "deleted"
 
 
 def test_a_stack_that_never_becomes_healthy_gets_its_pool_deleted_after_the_timeout() -> None:
@@ -128,17 +128,18 @@ def test_a_failure_that_waited_for_a_busy_pool_still_reports_what_it_found() -> 
     for node in nodes:  # the GPUs never show up
         world.kube().nodes[node.name] = node.__class__(**{**{f: getattr(node, f) for f in node.__struct_fields__},
                                                           "allocatable": {"cpu": "4"}})
-    world.aks.delete_error = OperationInProgress("409 OperationNotAllowed: another operation is in progress")
+    world.aks.faults.fail_always["begin_delete_pool"] = OperationInProgress(
+        "409 OperationNotAllowed: another operation is in progress")
     for _ in range(8):
         reconcile(world, seconds=15)
     assert record(world).data["failing"]["code"] == "StackValidationTimeout"
-    world.aks.delete_error = None
+    world.aks.faults.fail_always.pop("begin_delete_pool")
     reconcile(world, seconds=15)
     final = record(world)
     assert final.state == "failed" and final.data["error"]["code"] == "StackValidationTimeout"
     assert final.data["outcome"]["cleanup"]["action"] == "deleted"
     assert final.data["stack"]["ok"] is False  # the evidence survives the wait for the pool
-    assert world.events.published[-1].data["stack"]["ok"] is False
+    assert world.events.published[-1]["data"]["stack"]["ok"] is False
 
 
 def test_scale_to_zero_keeps_the_pool_with_every_field_and_says_so() -> None:
@@ -164,7 +165,7 @@ def test_a_pool_that_already_runs_workload_pods_is_left_alone_and_the_outcome_na
     reconcile(world)
     nodes = materialise(world.aks, world.kube(), CLUSTER, "gpunp")
     reconcile(world, seconds=15)  # validating -> testing
-    world.kube().pods = [pod("trainer-0", nodes[0].name), pod("log-agent", nodes[0].name, owner="DaemonSet")]
+    world.kube().add_pods(pod("trainer-0", nodes[0].name), pod("log-agent", nodes[0].name, owner="DaemonSet"))
     for _ in range(8):
         reconcile(world, seconds=15)
     final = record(world)
@@ -179,11 +180,12 @@ def test_a_busy_pool_is_cleaned_up_once_its_operation_ends_and_the_failure_is_re
     submit(world)
     reconcile(world)
     fail_provisioning(world)
-    world.aks.put_error = OperationInProgress("409 OperationNotAllowed: another operation is in progress")
+    world.aks.faults.fail_always["begin_put_pool"] = OperationInProgress(
+        "409 OperationNotAllowed: another operation is in progress")
     reconcile(world, seconds=world.policy.poll_interval_s)
     waiting = record(world)
     assert waiting.state == "creating" and waiting.data["failing"]["code"] == "QuotaExceeded"
-    world.aks.put_error = None
+    world.aks.faults.fail_always.pop("begin_put_pool")
     reconcile(world, seconds=world.policy.poll_interval_s)
     final = record(world)
     assert final.state == "failed" and final.data["error"]["code"] == "QuotaExceeded"

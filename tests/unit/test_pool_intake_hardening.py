@@ -90,7 +90,7 @@ def test_a_valid_request_too_large_to_record_is_rejected_before_anything_is_publ
     assert outcome.status == "rejected"
     assert world.events.types() == ["Steward.PoolRequest.Rejected"]
     [event] = world.events.published
-    assert "too large to record" in event.data["reasons"][0]
+    assert "too large to record" in event["data"]["reasons"][0]
     stored = world.ledger.get(KIND, "req-0001")
     assert stored is not None and stored.state == "rejected"
     assert stored.data["digest"] == hashlib.sha256(raw.encode()).hexdigest()
@@ -155,7 +155,7 @@ def test_every_rejection_records_and_announces_the_digest_size_and_head_of_the_m
     assert {k: stored.data[k] for k in ("digest", "message_bytes", "message_head")} == {
         "digest": expected["digest"], "message_bytes": len(data), "message_head": escape_head(data)}
     [event] = world.events.published
-    assert {k: event.data[k] for k in expected} == expected
+    assert {k: event["data"][k] for k in expected} == expected
 
 
 def test_a_reused_request_id_rejection_carries_the_evidence_too() -> None:
@@ -165,9 +165,9 @@ def test_a_reused_request_id_rejection_carries_the_evidence_too() -> None:
     outcome = accept(second, dequeue_count=1, ctx=world.ctx)
     assert outcome.status == "rejected"
     rejected = world.events.published[-1]
-    assert rejected.type_ == "Steward.PoolRequest.Rejected"
-    assert rejected.data["digest"] == hashlib.sha256(second.encode()).hexdigest()
-    assert rejected.data["messageHead"] == escape_head(second.encode())
+    assert rejected["type"] == "Steward.PoolRequest.Rejected"
+    assert rejected["data"]["digest"] == hashlib.sha256(second.encode()).hexdigest()
+    assert rejected["data"]["messageHead"] == escape_head(second.encode())
 
 
 def test_a_message_with_hundreds_of_problems_is_still_recorded_and_says_how_many_there_were() -> None:
@@ -182,7 +182,7 @@ def test_a_message_with_hundreds_of_problems_is_still_recorded_and_says_how_many
     assert 0 < len(stored.data["problems"]) <= 20
     assert "more" in stored.data["message"].splitlines()[-1]
     [event] = world.events.published
-    assert event.data["problemCount"] == stored.data["problem_count"]
+    assert event["data"]["problemCount"] == stored.data["problem_count"]
 
 
 def test_a_request_accepted_at_the_edge_of_the_budget_can_still_record_a_long_failure() -> None:
@@ -205,7 +205,7 @@ def test_a_request_accepted_at_the_edge_of_the_budget_can_still_record_a_long_fa
     start = len(to_entity(first)["data"].encode("utf-16-le"))
     assert RECORD_START_BUDGET_BYTES - 2_000 < start <= RECORD_START_BUDGET_BYTES
     # Azure's error is kept (up to 2,000 characters) in the failed record twice (error, outcome).
-    world.aks.put_error = Invalid("x" * 3_000, code="InvalidParameter")
+    world.aks.faults.fail_always["begin_put_pool"] = Invalid("x" * 3_000, code="InvalidParameter")
     reconcile_once(world.ctx, modules={"pool-request": pool_steps})
     final = world.ledger.get(KIND, "req-0001")
     assert final is not None and final.state == "failed", final.state if final else None

@@ -1,8 +1,8 @@
 """Issue 10, AKS/ARM 5: a write to an existing pool starts from its full GET body and changes only what it means to.
 
 A pool PUT is create-or-replace: a field left out is reset (Azure/azure-resource-manager-rpc
-v1.0/version-change.md, the GET-PUT pipeline). So the surge of a remediation (shared.remediation.core
-``_pool_body``) and the freeze of an old pool during a migration (shared.fleet.pool_clone.frozen_old_pool)
+v1.0/version-change.md, the GET-PUT pipeline). So the surge of a remediation (shared.remediation.replace
+``pool_body``) and the freeze of an old pool during a migration (shared.fleet.pool_clone.frozen_old_pool)
 send back every field of the pool as read, known to this app or not, minus only what ARM owns; a
 body that carries a preview-only field is sent on the preview api-version (shared.pools.spec.needs_preview).
 """

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from shared.drain.settings import DrainSettings
 from shared.remediation import admission, health, vm_actions
 from shared.remediation import records as remediation
 from shared.remediation import steps as remediation_steps
@@ -31,8 +32,9 @@ from tests.unit.fakes_remediation import (
 EV = remediation.EVENT_PREFIX
 
 
-def one_broken(policy: RemediationPolicy | None = None, *, condition: str = DEVICE_PLUGIN, size: int = 5) -> Fleet:
-    fleet = Fleet(policy=policy)
+def one_broken(policy: RemediationPolicy | None = None, *, condition: str = DEVICE_PLUGIN, size: int = 5,
+               drain: DrainSettings | None = None) -> Fleet:
+    fleet = Fleet(policy=policy, drain=drain)
     fleet.pool(size, unhealthy=[1], condition=condition)
     fleet.kube.add_pods(make_pod("web-1", "aks-gpu-1"), make_pod("dcgm", "aks-gpu-1", owner="DaemonSet"))
     return fleet
@@ -66,7 +68,7 @@ def test_each_condition_is_repaired_by_the_first_rung_that_works(condition: str,
     assert not [p for p in fleet.kube.pods.values() if p.name == "web-1"], "the workload pod was evicted"
     if repaired_by == Event.REPLACED:
         assert "aks-gpu-1" not in fleet.kube.nodes
-        assert fleet.aks.counts["gpu"] == 5, "the pool is back to its count"
+        assert fleet.count("gpu") == 5, "the pool is back to its count"
         assert ("put_pool", "gpu", 6) in fleet.aks.writes, "surge first"
     else:
         node = fleet.kube.nodes["aks-gpu-1"]
@@ -77,7 +79,7 @@ def test_each_condition_is_repaired_by_the_first_rung_that_works(condition: str,
 
 def test_every_rung_failing_ends_cordoned_with_gave_up() -> None:
     fleet = one_broken()
-    fleet.aks.new_nodes_broken = True
+    fleet.new_nodes_broken = True
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [State.GAVE_UP]
     node = fleet.kube.nodes["aks-gpu-1"]
@@ -88,11 +90,11 @@ def test_every_rung_failing_ends_cordoned_with_gave_up() -> None:
 
 def test_a_surge_without_quota_falls_back_to_delete_then_scale_and_says_so() -> None:
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
-    fleet.aks.quota = 0
+    fleet.limit_surge(0)
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [State.DONE]
     assert [w for w in fleet.aks.writes if w[0] == "delete_machines"] == [("delete_machines", "gpu", ("aks-gpu-1",))]
-    assert ("put_pool", "gpu", 5) in fleet.aks.writes and fleet.aks.counts["gpu"] == 5
+    assert ("put_pool", "gpu", 5) in fleet.aks.writes and fleet.count("gpu") == 5
     assert any(e["reason"] == "StewardSurgeFallback" for e in fleet.kube.events)
     assert "falling back" in str(records(fleet)[0].history)
 
@@ -231,7 +233,7 @@ def test_a_drain_blocked_by_a_pdb_waits_and_retries_until_the_pdb_allows() -> No
 
 
 def test_a_drain_past_its_deadline_holds_the_node_cordoned_by_default() -> None:
-    fleet = one_broken(RemediationPolicy(drain_timeout_s=600))
+    fleet = one_broken(drain=DrainSettings(drain_timeout_s=600))
     fleet.kube.pdb_blocked.add("default/web-1")
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [State.GAVE_UP]
@@ -239,7 +241,7 @@ def test_a_drain_past_its_deadline_holds_the_node_cordoned_by_default() -> None:
 
 
 def test_a_drain_past_its_deadline_with_release_uncordons_and_ends_released() -> None:
-    fleet = one_broken(RemediationPolicy(drain_timeout_s=600, drain_fallback="release"))
+    fleet = one_broken(RemediationPolicy(drain_fallback="release"), drain=DrainSettings(drain_timeout_s=600))
     fleet.kube.pdb_blocked.add("default/web-1")
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [State.RELEASED]
@@ -272,7 +274,7 @@ def _drive(fleet: Fleet, *, crash: bool) -> list[str]:
 def _world(fleet: Fleet) -> tuple:
     nodes = tuple(sorted((n.name, n.unschedulable, n.condition(DEVICE_PLUGIN).status) for n in fleet.kube.nodes.values()))
     outcome = [t for t in fleet.events.types() if t.startswith(EV)]
-    return nodes, fleet.aks.counts["gpu"], tuple(dict.fromkeys(outcome))
+    return nodes, fleet.count("gpu"), tuple(dict.fromkeys(outcome))
 
 
 @pytest.mark.parametrize(("outcomes", "ladder"), [c[1:] for c in CRASHES], ids=[c[0] for c in CRASHES])
@@ -301,7 +303,7 @@ def test_a_pause_refuses_remediation_with_the_reason(how: str) -> None:
     fleet = one_broken()
     ctx = fleet.ctx(paused=how == "app setting")
     if how == "cluster tag":
-        fleet.aks.tags["gpu-fleet-steward/paused"] = "true"
+        fleet.tag("gpu-fleet-steward/paused", "true")
     if how == "node label":
         node = fleet.kube.nodes["aks-gpu-1"]
         fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(node, labels={**node.labels,
@@ -364,7 +366,7 @@ def test_the_node_lease_held_by_another_actor_makes_the_remediation_wait() -> No
 
 def test_an_autoscaled_pool_is_replaced_by_delete_only_and_the_autoscaler_owns_its_count() -> None:
     fleet = one_broken(RemediationPolicy(ladder=("replace",)))
-    fleet.aks.autoscaled = True
+    fleet.pool_props("gpu")["enableAutoScaling"] = True
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
     assert run_until_settled(fleet) == [State.DONE]
     assert [w[0] for w in fleet.aks.writes] == ["delete_machines"], "no count PUT on an autoscaled pool"
@@ -475,7 +477,7 @@ def test_a_node_left_cordoned_by_an_earlier_attempt_is_adopted_and_uncordoned_on
     assert run_until_settled(fleet) == [State.GAVE_UP]
     assert fleet.kube.nodes["aks-gpu-1"].unschedulable
     fleet.clock.advance(3600)
-    fleet.kube.heal("aks-gpu-1", policy=fleet.policy)
+    fleet.heal("aks-gpu-1", policy=fleet.policy)
     fleet.clock.advance(60)
     fleet.break_node("aks-gpu-1", at=fleet.clock.now())  # a new fault (new transition) on the same node
     fleet.clock.advance(301)
@@ -497,7 +499,7 @@ def test_a_reimage_that_re_registers_the_node_object_counts_as_the_same_node_rep
                                                                          if not k.startswith("gpu-fleet-steward/")},
                                         annotations={}, unschedulable=False, created=fleet.clock.now())
         fleet.kube.nodes[name] = fresh
-        fleet.kube.heal(name, policy=fleet.policy)
+        fleet.heal(name, policy=fleet.policy)
 
     fleet.compute.begin_reimage = reimage  # type: ignore[method-assign]
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
@@ -696,7 +698,7 @@ def _two_broken_in_one_pool(*, quota: int) -> Fleet:
     policy = RemediationPolicy(ladder=("replace",), pool_max_unavailable=2, pool_max_unavailable_percent=100)
     fleet = Fleet(policy=policy)
     fleet.pool(5, unhealthy=[1, 2])
-    fleet.aks.quota = quota
+    fleet.limit_surge(quota)
     for name in ("aks-gpu-1", "aks-gpu-2"):
         assert fleet.handle(unhealthy_event(name, fleet=fleet)).startswith("admitted")
     return fleet
@@ -732,7 +734,7 @@ def test_two_replaces_in_one_pool_run_one_after_the_other(crash: bool) -> None:
     assert first.data["target"] != second.data["target"]
     assert {first.data["target"], second.data["target"]} <= set(fleet.kube.nodes)
     assert "aks-gpu-1" not in fleet.kube.nodes and "aks-gpu-2" not in fleet.kube.nodes
-    assert fleet.aks.counts["gpu"] == 5 and len(fleet.kube.nodes) == 5, "both broken nodes replaced, none lost"
+    assert fleet.count("gpu") == 5 and len(fleet.kube.nodes) == 5, "both broken nodes replaced, none lost"
     assert not [r for r in fleet.ledger.list(remediation.DEDUPE_KIND) if r.id.startswith(remediation.TURN_PREFIX)]
 
 

@@ -67,11 +67,11 @@ def _foreign_vm(fleet: Fleet) -> None:
 
 
 def _system_pool(fleet: Fleet) -> None:
-    fleet.aks.pool_modes["gpu"] = "System"
+    fleet.pool_props("gpu")["mode"] = "System"
 
 
 def _cpu_pool(fleet: Fleet) -> None:
-    fleet.aks.pool_sizes["gpu"] = "Standard_D4s_v5"
+    fleet.pool_props("gpu")["vmSize"] = "Standard_D4s_v5"
 
 
 def _not_a_machine(fleet: Fleet) -> None:

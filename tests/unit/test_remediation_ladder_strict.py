@@ -109,14 +109,14 @@ class NpdAfterReboot:
     def begin_restart(self, vm: str, *, cluster_id: str | None = None) -> None:
         self.writes.append(("restart", vm))
         name = vm.rsplit("/", 1)[-1]
-        self.fleet.kube.heal(name, policy=self.fleet.policy)  # Ready and NPD's start-up False, both fresh
+        self.fleet.heal(name, policy=self.fleet.policy)  # Ready and NPD's start-up False, both fresh
         self.checks[name] = self.fleet.clock.now() + self.first_check_s  # the fault survived the reboot
 
     def begin_reimage(self, vm: str, *, cluster_id: str | None = None) -> None:
         self.writes.append(("reimage", vm))
         name = vm.rsplit("/", 1)[-1]
         self.checks.pop(name, None)
-        self.fleet.kube.heal(name, policy=self.fleet.policy)
+        self.fleet.heal(name, policy=self.fleet.policy)
 
 
 @pytest.mark.parametrize("first_check_s", [30.0, 55.0], ids=["npd-default-30s", "a-slower-plugin-55s"])
@@ -269,7 +269,7 @@ def nap_fleet(*, claims: dict[str, str]) -> tuple[Fleet, list[tuple[str, str]]]:
     """A NodePool of three Karpenter nodes, one broken; ``claims`` maps node -> NodeClaim name. Deleting a
     claim removes its node at once and Karpenter brings a new node."""
     fleet = Fleet()
-    fleet.aks.node_provisioning_mode = "Auto"  # ARM says the cluster provisions nodes with Karpenter
+    fleet.update_cluster(node_provisioning_mode="Auto")  # ARM says the cluster provisions nodes with Karpenter
     fleet.kube.add(*(karpenter(f"aks-gpu-np-{i}", created=T0 - 86400, broken=i == 1) for i in range(3)))
     deleted: list[tuple[str, str]] = []
 

@@ -161,7 +161,7 @@ def _fleet_event(how: str) -> tuple[Fleet, dict[str, Any]]:
     if how == "malformed":
         event["data"] = {"node": "aks-gpu-1"}
     if how == "paused":
-        fleet.aks.tags["gpu-fleet-steward/paused"] = "true"
+        fleet.tag("gpu-fleet-steward/paused", "true")
     return fleet, event
 
 

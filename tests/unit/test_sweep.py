@@ -73,7 +73,7 @@ def test_a_failing_cluster_is_reported_and_does_not_stop_the_others(monkeypatch:
     broken_id = CLUSTER.replace("c1", "c0")
     broken = ClusterInfo(id=broken_id, name="c0", subscription=SUB, resource_group="rg", location="eastus",
                          tags={"gpu-fleet-steward": "enabled"}, node_resource_group="mc")
-    monkeypatch.setattr(fleet.aks, "list_clusters", lambda sub: [broken, fleet.aks.cluster()])
+    monkeypatch.setattr(fleet.aks, "list_clusters", lambda sub: [broken, fleet.cluster()])
     real_kube = fleet.kube
 
     class Access:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from shared.kernel.ports import ClusterInfo, NodeView
+from shared.kernel.ports import NodeView
 from shared.remediation import health, sweep
 from shared.remediation import records as remediation
 from shared.remediation.policy import DEVICE_PLUGIN, RemediationPolicy
@@ -31,12 +31,7 @@ def fleet_of(mode: str) -> Fleet:
     fleet = Fleet(policy=RemediationPolicy())
     fleet.pool(2)
     fleet.kube.add(karpenter_node("aks-gpu-np-aaaaa", broken=True), karpenter_node("aks-gpu-np-bbbbb", accelerator=True))
-    base = fleet.aks.cluster
-
-    def cluster() -> ClusterInfo:
-        return msgspec.structs.replace(base(), node_provisioning_mode=mode)
-
-    fleet.aks.cluster = cluster  # type: ignore[method-assign]
+    fleet.update_cluster(node_provisioning_mode=mode)
     return fleet
 
 

@@ -155,9 +155,9 @@ def forged_fleet(case: str) -> tuple[Fleet, str]:
         forge(fleet, "aks-gpu-1", provider_id="azure://" + FOREIGN_VM, machine=True)
         return fleet, "aks-gpu-1"
     if case == "system-pool":
-        fleet.aks.pool_modes["gpu"] = "System"
+        fleet.pool_props("gpu")["mode"] = "System"
     elif case == "cpu-pool-labelled-gpu":
-        fleet.aks.pool_sizes["gpu"] = "Standard_D4s_v5"
+        fleet.pool_props("gpu")["vmSize"] = "Standard_D4s_v5"
     elif case == "pool-arm-does-not-know":
         fleet.kube.add(broken("aks-ghost-0", pool="ghost"))
         return fleet, "aks-ghost-0"
@@ -169,7 +169,7 @@ def forged_fleet(case: str) -> tuple[Fleet, str]:
         forge(fleet, "aks-gpu-np-1", provider_id="azure://" + NAP_VM.replace("abcde", "1"), labels=NAP_LABELS)
         return fleet, "aks-gpu-np-1"
     elif case == "karpenter-node-with-a-foreign-vm":
-        fleet.aks.node_provisioning_mode = "Auto"
+        fleet.update_cluster(node_provisioning_mode="Auto")
         forge(fleet, "aks-gpu-np-1", provider_id="azure://" + FOREIGN_VM.replace("virtualMachineScaleSets/"
                                                                                   "aks-gpu-12345678-vmss/", ""),
               labels=NAP_LABELS)

@@ -26,6 +26,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.adapters.kube.decoding import decode_node, decode_node_list, decode_pod_list
@@ -88,10 +89,14 @@ class KubeClient(KubeObjects):
         seen: set[str] = set()
         restarts = 0
         while True:
-            query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
+            query: dict[str, str | int | None] = {"labelSelector": label_selector, "limit": page_size,
+                                                  "continue": token}
+
+            def fetch(page_query: Mapping[str, str | int | None] = query) -> bytes:
+                return self._get_json("/api/v1/nodes", page_query)
+
             try:
-                data = self._run(expiring(lambda q=query: self._get_json("/api/v1/nodes", q), token=token),
-                                 what=what)
+                data = self._run(expiring(fetch, token=token), what=what)
             except ListExpired as expired:
                 restarts = _restart_or_give_up(expired, restarts, what=what)
                 token = ""
@@ -156,14 +161,15 @@ class KubeClient(KubeObjects):
 
     @requires_kube("", "pods/eviction", "create")
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionResult:
+        from kubernetes.client import V1DeleteOptions, V1Eviction, V1ObjectMeta
         from kubernetes.client.exceptions import ApiException
 
-        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": name, "namespace": namespace}}
-        if grace_period_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": int(grace_period_seconds)}
+        grace = None if grace_period_seconds is None else int(grace_period_seconds)
 
         def post() -> EvictionResult:
+            options = None if grace is None else V1DeleteOptions(grace_period_seconds=grace)
+            body = V1Eviction(api_version="policy/v1", kind="Eviction",
+                              metadata=V1ObjectMeta(name=name, namespace=namespace), delete_options=options)
             try:
                 self._body(self._core.create_namespaced_pod_eviction(
                     name, namespace, body, _preload_content=False, _request_timeout=TIMEOUT))
@@ -193,27 +199,29 @@ class KubeClient(KubeObjects):
     @requires_kube("", "events", "create", namespaced=True)
     def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
                      action: str = "", correlation_id: str = "") -> None:
+        from kubernetes.client import CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
+
         name = node if isinstance(node, str) else node.name
         uid = "" if isinstance(node, str) else node.uid
-        now = self._now()
-        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "name": name}
-        if uid:
-            involved["uid"] = uid
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace,
-                         "annotations": {"gpu-fleet-steward/correlation-id": correlation_id} if correlation_id else {}},
-            "involvedObject": involved, "reason": reason, "message": message[:1024], "type": type_,
-            "action": action or reason, "source": {"component": EVENT_COMPONENT},
-            "reportingComponent": EVENT_COMPONENT, "reportingInstance": EVENT_COMPONENT,
-            "firstTimestamp": iso(now), "lastTimestamp": iso(now), "count": 1,
-        }
+        # metav1.Time has whole seconds; the client writes a datetime as RFC 3339 (datetime.isoformat).
+        stamp = datetime.fromtimestamp(self._now(), tz=UTC).replace(microsecond=0)
         try:
+            body = CoreV1Event(
+                api_version="v1", kind="Event",
+                metadata=V1ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=self.namespace,
+                                      annotations={"gpu-fleet-steward/correlation-id": correlation_id}
+                                      if correlation_id else {}),
+                involved_object=V1ObjectReference(api_version="v1", kind="Node", name=name, uid=uid or None),
+                reason=reason, message=message[:1024], type=type_, action=action or reason,
+                source=V1EventSource(component=EVENT_COMPONENT),
+                reporting_component=EVENT_COMPONENT, reporting_instance=EVENT_COMPONENT,
+                first_timestamp=stamp, last_timestamp=stamp, count=1,
+            )
             # In the app's namespace: an Event about a cluster-scoped Node may live in any namespace, and
             # `kubectl describe node` searches every namespace for it (kubectl describe.go searchEvents).
-            call_kube(lambda: self._core.create_namespaced_event(self.namespace, body, _preload_content=False,
-                                                             _request_timeout=TIMEOUT).data,
-                  what=f"event {reason} on node {name}")
+            call_kube(lambda: self._body(self._core.create_namespaced_event(
+                self.namespace, body, _preload_content=False, _request_timeout=TIMEOUT)),
+                what=f"event {reason} on node {name}")
         except Exception as error:  # events are auxiliary: log and carry on
             log.warning("could not record a Kubernetes event", extra={"node": name, "reason": reason,
                                                                       "error": str(error)[:300]})

@@ -215,18 +215,18 @@ def _float(value: float | None) -> float | None:
 def _conditions(items: tuple[Condition, ...] | list[_Condition] | None) -> tuple[Condition, ...]:
     if not items:
         return ()
-    if type(items) is tuple:
+    if isinstance(items, tuple):
         return items  # decoded as the view's own conditions
     return tuple(Condition(c.type, c.status, c.last_transition_time, c.reason or "", c.message or "")
-                 for c in items)  # type: ignore[union-attr]
+                 for c in items)
 
 
 def _taints(items: tuple[Taint, ...] | list[_Taint] | None) -> tuple[Taint, ...]:
     if not items:
         return ()
-    if type(items) is tuple:
+    if isinstance(items, tuple):
         return items  # decoded as the view's own taints
-    return tuple(Taint(t.key, t.effect, t.value or "") for t in items)  # type: ignore[union-attr]
+    return tuple(Taint(t.key, t.effect, t.value or "") for t in items)
 
 
 def node_view(node: _Node | _TolerantNode) -> NodeView:

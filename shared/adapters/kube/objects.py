@@ -154,12 +154,13 @@ class KubeObjects(KubeTransport):
         ``uid``: delete only the object with this uid (``DeleteOptions.preconditions``); an object that
         took the name since it was read answers 409, which is raised as Conflict and deletes nothing.
         """
+        from kubernetes.client import V1DeleteOptions, V1Preconditions
+
         group, version, plural, ns = self._object_args(api_version, kind, namespace, method=KubeObjects.delete_object)
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        if uid:
-            options["preconditions"] = {"uid": uid}
 
         def delete() -> None:
+            options = V1DeleteOptions(api_version="v1", kind="DeleteOptions", propagation_policy="Background",
+                                      preconditions=V1Preconditions(uid=uid) if uid else None)
             if ns is not None:
                 self._body(self._custom.delete_namespaced_custom_object(
                     group, version, ns, plural, name, body=options, _preload_content=False,
@@ -186,6 +187,7 @@ class KubeObjects(KubeTransport):
         harmlessly, and the delete carries the claim's uid as a precondition, so a new claim that took
         the same name is never deleted by mistake.
         """
+        from kubernetes.client import V1DeleteOptions, V1Preconditions
 
         def find() -> Mapping[str, Any] | None:
             response = self._custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims",
@@ -205,12 +207,16 @@ class KubeObjects(KubeTransport):
             return None
         meta = claim.get("metadata") or {}
         name = str(meta.get("name", ""))
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
-                   "preconditions": {"uid": meta.get("uid")}}
-        try:
-            self._run(lambda: self._body(self._custom.delete_cluster_custom_object(
+
+        def delete() -> bytes:
+            options = V1DeleteOptions(api_version="v1", kind="DeleteOptions", propagation_policy="Background",
+                                      preconditions=V1Preconditions(uid=meta.get("uid")))
+            return self._body(self._custom.delete_cluster_custom_object(
                 "karpenter.sh", "v1", "nodeclaims", name, body=options, _preload_content=False,
-                _request_timeout=TIMEOUT)), what=f"delete NodeClaim {name}")
+                _request_timeout=TIMEOUT))
+
+        try:
+            self._run(delete, what=f"delete NodeClaim {name}")
         except NotFound:
             return name  # already gone
         return name

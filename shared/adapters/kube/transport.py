@@ -24,6 +24,7 @@ from shared.kernel.errors import Unauthorized
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
+    from kubernetes.client import Configuration
 
     from shared.kernel.clock import Clock
 
@@ -39,6 +40,24 @@ TIMEOUT = (10.0, 60.0)  # (connect, read) seconds per request
 # ``,`` and ``:`` of selector lists; all are legal in an RFC 3986 query and mean nothing to the server's
 # parser there. A value needing ``%`` escapes still gets them (and urllib3's slower, careful path).
 _QUERY_SAFE = "/=,:"
+
+
+def _bearer_configuration(host: str, tokens: BearerTokens) -> Configuration:
+    """A client Configuration whose ``authorization`` key is a fresh bearer token at every request.
+
+    The client reads the key through ``Configuration.get_api_key_with_prefix`` on each request
+    (kubernetes-client/python kubernetes/client/configuration.py ``auth_settings``), and calls its
+    ``refresh_api_key_hook`` there first; that hook attribute is declared as None only (assigned None,
+    unannotated), so a typed hook cannot be set: the same refresh is done by overriding the method instead.
+    """
+    from kubernetes import client as k8s
+
+    class BearerConfiguration(k8s.Configuration):
+        def get_api_key_with_prefix(self, identifier: str, alias: str | None = None) -> str | None:
+            self.api_key["authorization"] = tokens.get()
+            return super().get_api_key_with_prefix(identifier, alias)
+
+    return BearerConfiguration(host=host)
 
 
 class KubeTransport:
@@ -60,7 +79,7 @@ class KubeTransport:
         self._max_delay = retry_max_delay
         self._tokens = BearerTokens(credential, server_app_id + "/.default")
 
-        config = k8s.Configuration(host=server)
+        config = _bearer_configuration(server, self._tokens)
         if ca is not None:
             config.ca_cert_data = ca.decode("ascii")
         elif ca_bundle:
@@ -69,12 +88,6 @@ class KubeTransport:
         config.retries = 0  # shared.kernel.retry decides
         config.api_key = {"authorization": ""}
         config.api_key_prefix = {"authorization": "Bearer"}
-        tokens = self._tokens
-
-        def refresh(cfg: Any) -> None:
-            cfg.api_key["authorization"] = tokens.get()
-
-        config.refresh_api_key_hook = refresh
         self._api = k8s.ApiClient(config)
         self._api.user_agent = "gpu-fleet-steward"
         self._core = k8s.CoreV1Api(self._api)

@@ -1,0 +1,343 @@
+"""DCGM error counters from an Azure Monitor workspace: what the sweep publishes and what admission does,
+for every XID row and every counter row, and nothing at all from a workspace that fails.
+
+The workspace is the simulator's PromQL model (sim/prometheus.py) answering the app's own query, so a
+query the subset (or Azure's one-``__name__``-matcher rule) would refuse fails here too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from shared.kernel.errors import Forbidden, Invalid, Transient
+from shared.kernel.timefmt import iso
+from shared.remediation import admission, dcgm, sweep
+from shared.remediation import signal_policy as sp
+from shared.remediation.dcgm_config import PrometheusTarget, parse_targets
+from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import KIND, UNHEALTHY_EVENT, Rung, State
+from shared.remediation.signals import ladder_for
+from shared.settings import SettingError, Settings
+from tests.fakes.metrics import FakeWorkspace
+from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAccess, Fleet
+
+ENDPOINT = "https://ws-1.eastus.prometheus.monitor.azure.com"
+THRESHOLD = 300
+POLICY = RemediationPolicy(default_threshold_s=THRESHOLD)
+TARGET = PrometheusTarget(cluster_id=CLUSTER, endpoint=ENDPOINT, cluster_value="c1")
+
+
+class DcgmAccess(FakeAccess):
+    def __init__(self, fleet: DcgmFleet) -> None:
+        super().__init__(fleet)
+        self.workspace = fleet.workspace
+
+    def metrics(self, endpoint: str) -> FakeWorkspace:
+        if endpoint.lower() != ENDPOINT.lower():
+            raise Forbidden(endpoint)
+        return self.workspace
+
+
+class DcgmFleet(Fleet):
+    def __init__(self, *, overrides: Mapping[int, str] | None = None, policy: RemediationPolicy = POLICY) -> None:
+        super().__init__(policy=policy)
+        self.workspace = FakeWorkspace()
+        self.overrides = dict(overrides or {})
+        self.nodes = self.pool(3)
+        for name in self.nodes:
+            self.workspace.model.add_node(name, gpus=2, cluster="c1")
+        self.workspace.model.add_node(self.nodes[0], gpus=2, cluster="other-cluster")  # same name, other cluster
+
+    def settings(self, *, paused: bool = False) -> Settings:
+        return replace(super().settings(paused=paused), signals_prometheus={CLUSTER.lower(): TARGET},
+                       xid_overrides=self.overrides)
+
+    def ctx(self, instance: str = "host-a", *, paused: bool = False) -> Any:
+        return replace(super().ctx(instance, paused=paused), access=DcgmAccess(self))
+
+    def sweep_twice(self) -> sweep.SweepReport:
+        """A first sighting, then a sweep one threshold later: a fault still there is due."""
+        sweep.sweep(self.ctx())
+        self.clock.advance(THRESHOLD)
+        return sweep.sweep(self.ctx())
+
+    def unhealthy(self) -> list[dict[str, Any]]:
+        return self.events.delivered(UNHEALTHY_EVENT)
+
+
+def _expected_ladder(action: str) -> list[str]:
+    return [str(r) for r in ladder_for(action, tuple(POLICY.ladder))]
+
+
+# --------------------------------------------------------------------------- every XID row
+@pytest.mark.parametrize("row", sp.XID_TABLE, ids=lambda r: f"xid{r.xid}")
+def test_every_xid_row_is_published_and_admitted_as_its_row_says(row: sp.XidRow) -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[1]
+    fleet.workspace.model.inject_xid(node, 1, row.xid, cluster="c1")
+    report = fleet.sweep_twice()
+    assert report.errors == []
+    events = fleet.unhealthy()
+    if row.action == sp.IGNORE:
+        assert events == [] and fleet.ledger.list(KIND) == []  # an application fault: nothing, not even a record
+        return
+    assert len(events) == 1, events
+    data = events[0]["data"]
+    assert (data["node"], data["condition"], data["signal"], data["xid"], data["gpu"]) == (node, f"Xid{row.xid}", "dcgm",
+                                                                                           row.xid, "1")
+    assert (data["policy_row"], data["action"]) == (row.id, row.action)
+    handled = admission.handle_event(events[0], fleet.ctx())
+    if row.action == sp.RECORD_ONLY:
+        assert handled.outcome == admission.Handling.RECORDED, handled
+        assert fleet.ledger.list(KIND) == []
+        recorded = fleet.events.delivered("Steward.Remediation.SignalRecorded")
+        assert [e["data"]["policy_row"] for e in recorded] == [row.id]
+        fleet.events.published.clear()
+        sweep.sweep(fleet.ctx())  # recorded once: the sweep has nothing more to say about it
+        assert fleet.unhealthy() == []
+        return
+    assert handled.outcome == admission.Handling.ADMITTED, handled
+    [record] = fleet.ledger.list(KIND)
+    assert (record.data["signal"], record.data["policy_row"], record.data["condition"]) == ("dcgm", row.id, f"Xid{row.xid}")
+    assert record.data["ladder"] == _expected_ladder(row.action)
+
+
+def test_an_xid_override_wins_over_the_table() -> None:
+    fleet = DcgmFleet(overrides={13: sp.REPLACE})
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 13, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    assert event["data"]["policy_row"] == "xid:13:override"
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    assert fleet.ledger.list(KIND)[0].data["ladder"] == ["replace"]
+
+
+def test_an_xid_the_table_does_not_know_is_recorded_only() -> None:
+    fleet = DcgmFleet()
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 999, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    assert event["data"]["policy_row"] == "xid:default"
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.RECORDED
+
+
+# --------------------------------------------------------------------------- every counter row
+@pytest.mark.parametrize("row", sp.COUNTER_TABLE, ids=lambda r: r.metric)
+def test_every_counter_row_is_published_and_admitted_as_its_row_says(row: sp.CounterRow) -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[2]
+    sweep.sweep(fleet.ctx())  # the node is known at 0 (the lifetime counter's baseline)
+    fleet.workspace.model.set(node, 0, row.metric, 3, cluster="c1")
+    report = fleet.sweep_twice()
+    assert report.errors == []
+    [event] = fleet.unhealthy()
+    data = event["data"]
+    assert (data["condition"], data["metric"], data["value"], data["policy_row"]) == (row.metric, row.metric, 3.0, row.id)
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    [record] = fleet.ledger.list(KIND)
+    assert record.data["ladder"] == _expected_ladder(row.action)
+
+
+def test_a_lifetime_count_seen_first_is_history_not_a_fault_and_its_growth_is_one_until_handled() -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[0]
+    fleet.workspace.model.set(node, 0, sp.DBE_AGGREGATE, 7, cluster="c1")
+    fleet.sweep_twice()
+    assert fleet.unhealthy() == []
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None and row.data["baselines"]["0"] == 7.0
+    fleet.workspace.model.set(node, 0, sp.DBE_AGGREGATE, 9, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    sweep.sweep(fleet.ctx())  # the handled growth becomes the new baseline
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None and row.data["baselines"]["0"] == 9.0 and sp.DBE_AGGREGATE not in row.data["seen"]
+
+
+# --------------------------------------------------------------------------- debouncing and re-checks
+def test_a_fault_seen_once_is_not_published_and_one_that_cleared_is_forgotten() -> None:
+    fleet = DcgmFleet()
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    model.inject_xid(node, 0, 79, cluster="c1")
+    report = sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == [] and report.dcgm["pending"] == 1
+    first = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node)).data["seen"]["Xid79"]  # type: ignore[union-attr]
+    fleet.clock.advance(THRESHOLD - 1)
+    sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == []
+    model.reboot(node, cluster="c1")
+    fleet.clock.advance(10)
+    sweep.sweep(fleet.ctx())  # cleared: forgotten
+    assert fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node)).data["seen"] == {}  # type: ignore[union-attr]
+    model.inject_xid(node, 0, 79, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    assert event["data"]["since"] == iso(first + THRESHOLD + 9)  # a new first sighting, a new fault
+
+
+def test_admission_trusts_the_workspace_not_the_event() -> None:
+    fleet = DcgmFleet()
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    fleet.workspace.model.reboot(fleet.nodes[0], cluster="c1")  # gone by the time the event arrives
+    handled = admission.handle_event(event, fleet.ctx())
+    assert handled.outcome == admission.Handling.IGNORED and "no longer shows" in handled.detail
+    forged = json.loads(json.dumps(event))
+    forged["data"]["condition"] = "Xid48"
+    forged["id"] = "forged"
+    assert admission.handle_event(forged, fleet.ctx()).outcome == admission.Handling.IGNORED
+    assert fleet.ledger.list(KIND) == []
+    recheck = fleet.workspace.queries[-1]
+    assert f'Hostname="{fleet.nodes[0]}"' in recheck and 'cluster="c1"' in recheck  # one node, one query
+
+
+def test_a_workspace_that_fails_at_admission_is_retried_never_read_as_healthy() -> None:
+    fleet = DcgmFleet()
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="c1")
+    fleet.sweep_twice()
+    [event] = fleet.unhealthy()
+    fleet.workspace.error = Transient("HTTP 503 unavailable")
+    with pytest.raises(Transient):
+        admission.handle_event(event, fleet.ctx())
+    fleet.workspace.error = None
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
+
+
+def test_restart_then_replace_escalates_when_the_fault_comes_back_after_a_done_restart() -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[0]
+    fleet.workspace.model.inject_xid(node, 0, 79, cluster="c1")
+    fleet.sweep_twice()
+    admission.handle_event(fleet.unhealthy()[0], fleet.ctx())
+    [first] = fleet.ledger.list(KIND)
+    assert first.data["ladder"] == ["restart", "replace"]
+    fleet.ledger.save(first.moved(State.DONE, at=fleet.clock.now(), rung_index=0))  # the restart repaired it
+    fleet.clock.advance(POLICY.cooldown_s)
+    fleet.events.published.clear()
+    fleet.sweep_twice()  # still there after the remediation ended: a new fault
+    [again] = fleet.unhealthy()
+    assert again["id"] != first.data["fault"]
+    assert admission.handle_event(again, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    second = next(r for r in fleet.ledger.list(KIND) if r.id != first.id)
+    assert second.data["ladder"] == [Rung.REPLACE] and second.data["policy_row"] == "xid:79:repeat"
+
+
+# --------------------------------------------------------------------------- nothing from missing data
+@pytest.mark.parametrize("error", [Transient("HTTP 503 unavailable"), Invalid("HTTP 400 bad_data", code="bad_data"),
+                                   Forbidden("HTTP 401"), Transient("partial answer, the server warned: x")],
+                         ids=["outage", "bad-request", "unauthorized", "partial"])
+def test_a_failing_workspace_publishes_nothing_counts_nothing_and_reports_its_error(error: Exception) -> None:
+    fleet = DcgmFleet()
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    fleet.workspace.error = error
+    fleet.clock.advance(THRESHOLD)
+    report = sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == []
+    assert [e for e in report.errors if ENDPOINT in e and type(error).__name__ in e]
+    found = dcgm.sweep(fleet.ctx(), [fleet.cluster()], policy=POLICY)
+    assert (found.faults, found.observations, found.pending) == ([], {}, 0)  # nor anything for the breaker
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, fleet.nodes[0]))
+    assert row is not None and "Xid79" in row.data["seen"]  # not forgotten either: nothing was learnt
+    fleet.workspace.error = None
+    sweep.sweep(fleet.ctx())
+    assert [e["data"]["condition"] for e in fleet.unhealthy()] == ["Xid79"]
+
+
+def test_a_node_without_series_is_neither_healthy_nor_faulty() -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[0]
+    fleet.workspace.model.inject_xid(node, 0, 79, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    fleet.workspace.model.remove_node(node, cluster="c1")
+    fleet.clock.advance(THRESHOLD)
+    report = sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == [] and report.dcgm["nodes"] == 2
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None and "Xid79" in row.data["seen"]
+
+
+def test_one_query_per_workspace_and_series_of_other_clusters_are_not_ours() -> None:
+    fleet = DcgmFleet()
+    fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="other-cluster")
+    fleet.sweep_twice()
+    assert len(fleet.workspace.queries) == 2 and fleet.unhealthy() == []
+    assert "cluster" in fleet.workspace.queries[0]
+
+
+# --------------------------------------------------------------------------- the setting
+def _settings(value: str) -> dict[str, str]:
+    return {"FLEET_SUBSCRIPTIONS": SUB, "EVENTGRID_TOPIC_ENDPOINT": "https://t.example/api/events",
+            "AzureWebJobsStorage": "UseDevelopmentStorage=true", "SIGNALS_PROMETHEUS": value}
+
+
+def test_the_setting_is_read_with_its_defaults() -> None:
+    from shared.settings import load
+
+    settings = load({**_settings(json.dumps({CLUSTER: {"endpoint": ENDPOINT + "/"}})), "SIGNALS_XID_OVERRIDES": "13=replace"})
+    target = settings.signals_prometheus[CLUSTER.lower()]
+    assert (target.endpoint, target.node_label, target.cluster_label, target.cluster_value) == (ENDPOINT, "Hostname",
+                                                                                                "cluster", "c1")
+    assert settings.xid_overrides == {13: "replace"}
+    assert load(_settings("")).signals_prometheus == {}
+
+
+OTHER = CLUSTER.replace("/c1", "/c2")
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("not json", "JSON object"),
+    ("[1]", "JSON object"),
+    (json.dumps({"/subscriptions/x/nope": {"endpoint": ENDPOINT}}), "not a managed cluster ARM id"),
+    (json.dumps({CLUSTER.replace(SUB, "00000000-0000-0000-0000-00000000ffff"): {"endpoint": ENDPOINT}}),
+     "FLEET_SUBSCRIPTIONS"),
+    (json.dumps({CLUSTER: "https://x"}), "must be an object"),
+    (json.dumps({CLUSTER: {"endpoint": "http://ws.example"}}), "https://"),
+    (json.dumps({CLUSTER: {}}), "https://"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "nodelabel": "x"}}), "unknown keys"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "nodeLabel": "host-name"}}), "label name"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterValue": ""}}), "clusterValue"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT}, OTHER: {"endpoint": ENDPOINT, "nodeLabel": "node"}}), "same nodeLabel"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterValue": "x"}, OTHER: {"endpoint": ENDPOINT, "clusterValue": "x"}}),
+     "distinct"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterLabel": ""}, OTHER: {"endpoint": ENDPOINT, "clusterLabel": ""}}),
+     "clusterLabel"),
+])
+def test_a_bad_setting_is_refused_naming_it(value: str, says: str) -> None:
+    with pytest.raises(SettingError, match="SIGNALS_PROMETHEUS") as info:
+        parse_targets(value, subscriptions=(SUB,))
+    assert says in str(info.value)
+
+
+def test_the_app_never_queries_an_endpoint_the_setting_does_not_name() -> None:
+    from shared.wiring import FleetAccess
+
+    fleet = DcgmFleet()
+    access = FleetAccess(fleet.settings(), metrics_factory=lambda endpoint: fleet.workspace)
+    assert access.metrics(ENDPOINT + "/") is fleet.workspace
+    with pytest.raises(Forbidden):
+        access.metrics("https://attacker.example")
+
+
+def test_a_storm_is_one_remediation_decided_by_the_fault_that_asks_the_most() -> None:
+    fleet = DcgmFleet()
+    node = fleet.nodes[0]
+    sweep.sweep(fleet.ctx())  # the lifetime count is known at 0
+    fleet.workspace.model.ecc_storm(node, 0, cluster="c1")
+    fleet.sweep_twice()
+    events = fleet.unhealthy()
+    assert sorted(e["data"]["condition"] for e in events) == sorted(
+        ["Xid48", sp.DBE_VOLATILE, sp.DBE_AGGREGATE, sp.REMAP_PENDING])
+    outcomes = {e["data"]["condition"]: admission.handle_event(e, fleet.ctx()).outcome
+                for e in sorted(events, key=lambda e: e["data"]["condition"] != sp.REMAP_PENDING)}
+    assert outcomes[sp.REMAP_PENDING] == admission.Handling.IGNORED  # a restart-only row never takes the turn
+    assert sorted(outcomes.values()).count(admission.Handling.ADMITTED) == 1
+    [record] = fleet.ledger.list(KIND)
+    assert record.data["ladder"] == ["restart", "replace"]
