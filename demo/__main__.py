@@ -9,9 +9,9 @@ The storyline (demo/scenario.yaml, a clock 20x the wall):
    - a GPU of an inference node falls off the bus: XID 79 in the cluster's DCGM counters, read from
      its Azure Monitor workspace (SIGNALS_PROMETHEUS, set by :func:`signal_settings`); the node is
      restarted (row ``xid:79``: restart, then replace if it comes back);
-   - Azure Resource Health says an embedding node's host is ``Degraded`` (hardware about to fail):
-     the node is cordoned and drained ahead of the failure, then restarted onto a healthy host
-     (row ``health:availability:Degraded``);
+   - Azure Resource Health says an embedding node's VM is ``Degraded``, then why (its host's hardware
+     will fail soon): the node is cordoned and drained ahead of the failure, then restarted (row
+     ``health:availability:Degraded``); the annotation joins that remediation instead of starting another;
    - planned maintenance reboots another node: recorded only (``Steward.Remediation.SignalRecorded``);
    - an XID 79 on the out-of-scope cluster's GPU, in the same workspace: never acted on;
 4. the migration planner moves two unmanaged pools to managed ones (surge and rolling), skips the
@@ -119,9 +119,13 @@ SIGNALS: tuple[dict[str, Any], ...] = (
     {"at": 200, "path": "/dcgm/xid", "cluster": "research-lab", "pool": "gpu", "index": 1, "body": {"gpu": 0, "xid": 79},
      "say": "XID 79 on {node} of research-lab (out of scope, same workspace)"},
     {"at": 230, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 0,
-     "body": {"scenario": "degraded-host"},
-     "say": "Azure Resource Health: the host under {node} is Degraded (hardware failing soon)"},
-    {"at": 260, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 2,
+     "body": {"scenario": "state", "state": "Degraded"},
+     "say": "Azure Resource Health: {node}'s VM is Degraded"},
+    {"at": 270, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 0,
+     "body": {"scenario": "annotation", "annotation": "VirtualMachinePossiblyDegradedDueToHardwareFailure"},
+     "say": "Azure Resource Health says why: the host under {node} has hardware that will fail soon "
+            "(one remediation, not two)"},
+    {"at": 290, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 2,
      "body": {"scenario": "planned-maintenance", "down_s": 20},
      "say": "Azure reboots {node} for planned maintenance"},
 )
@@ -232,7 +236,7 @@ def _signal_lines(record: Any) -> list[str]:
     row = str(d.get("policy_row") or "")
     lines = [f"signal: {signal}; policy row: {row or '(the NPD condition ' + str(d.get('condition', '?')) + ')'}"]
     if d.get("signal_detail"):
-        lines.append(f"detail: {str(d['signal_detail'])[:240]}")
+        lines.append(f"detail: {str(d['signal_detail'])[:700]}")
     return lines
 
 
@@ -244,7 +248,7 @@ def _recorded(events: list[dict[str, Any]]) -> list[str]:
             continue
         d = e.get("data") or {}
         out.append(f"{d.get('node', '?')} ({d.get('signal', '?')}, row {d.get('policy_row', '?')}): "
-                   f"{str(d.get('note') or '').splitlines()[0][:200] if d.get('note') else ''}")
+                   f"{str(d.get('note') or '').splitlines()[0][:320] if d.get('note') else ''}")
     return out
 
 

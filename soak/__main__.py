@@ -36,11 +36,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="scenarios run at once, each in its own worker process (SOAK_JOBS; default 2)")
     parser.add_argument("--no-strict", action="store_true",
                         help="leave out the stricter faults of issue 10 (soak/strict.py): the scenarios as before them")
+    parser.add_argument("--no-signals", action="store_true",
+                        help="leave out issue 13's fault signals (soak/signals.py): Resource Health events, DCGM faults")
     parser.add_argument("-v", "--verbose", action="store_true", help="the app's warnings on stderr")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.verbose else logging.CRITICAL, stream=sys.stderr)
 
-    mix = Mix(process_every=args.process_every, table_every=args.table_every, strict=not args.no_strict)
+    mix = Mix(process_every=args.process_every, table_every=args.table_every, strict=not args.no_strict,
+              signals=False if args.no_signals else None)
     if args.replay is not None:
         seeds = [args.replay]
     else:
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     with shared_azurite(needs_azurite) as azurite:
         if args.replay is not None:
             print(generate(args.replay, short=args.short, process_mode=mix.process_mode(args.replay),
-                           strict=mix.strict).describe())
+                           strict=mix.strict, signals=mix.signals).describe())
         jobs = 1 if args.replay is not None else args.jobs
         results = run_seeds(seeds, mix=mix, short=args.short, azurite=azurite, jobs=jobs,
                             wall_budget_s=args.wall_budget)

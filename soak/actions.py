@@ -7,6 +7,13 @@ a pod's finalizers) with a token from the simulator, or the simulator's control 
 Azure can do (lock a node resource group) and for a GPU fault on a node that exists only once
 Karpenter made it. The scenario's fault rules apply to these requests too: an action that meets one
 is tried again at the next step, a few times, and what happened is logged with its sim time.
+
+Issue 13's signals (:mod:`soak.signals`) are played through the control API too, as Azure and the GPUs
+would: Resource Health scenarios on a node's VM (``/_sim/resource-health``; the node is the
+``node_index``-th of its pool when the action is due, as for a NAP flip), forged HealthResources events
+(``/_sim/resource-health/forged``), DCGM faults on a node's GPU (``/_sim/dcgm/xid``, ``/ecc-storm``) and
+the workspace going down and up again (``/_sim/dcgm/outage``). The node and the events delivered are
+kept in the action's log entry, for the invariants (soak/signal_invariants.py).
 """
 
 from __future__ import annotations
@@ -71,7 +78,44 @@ class ActionRunner:
             return "locked" if action["locked"] else "unlocked"
         if kind == "nap-flip":
             return self._nap_flip(action)
+        if kind in ("resource-health", "dcgm-xid", "dcgm-ecc-storm"):
+            return self._node_signal(action)
+        if kind == "resource-health-forged":
+            answer = self.sim.control("POST", "/resource-health/forged", {"vm": action["vm"],
+                                                                         "scenario": action["scenario"]})
+            action["events"] = [str(e["id"]) for e in (answer or {}).get("events") or []]
+            return f"forged {action['scenario']} for {action['vm']} ({len(action['events'])} event(s))"
+        if kind == "dcgm-outage":
+            self.sim.control("POST", "/dcgm/outage", {"down": bool(action["down"])})
+            return "workspace down" if action["down"] else "workspace back"
         raise ValueError(f"unknown soak action {kind!r}")
+
+    def _node_signal(self, action: dict[str, Any]) -> str:
+        """A Resource Health scenario or a DCGM fault on the ``node_index``-th Ready node of a pool."""
+        state = self.sim.state()
+        cluster = next((c for c in state.get("clusters") or [] if c["name"] == action["cluster"]), None)
+        pool = next((p for p in (cluster or {}).get("pools") or [] if p["name"] == action["pool"]), None)
+        ready = {str(n["name"]) for n in (cluster or {}).get("nodes") or [] if n.get("ready")}
+        nodes = [str(n) for n in (pool or {}).get("nodes") or [] if str(n) in ready]
+        if not nodes:
+            return "skipped: no Ready node in the pool"
+        node = nodes[int(action.get("node_index", 0)) % len(nodes)]
+        target = {"cluster": action["cluster"], "node": node}
+        if action["kind"] == "resource-health":
+            body = {**target, "scenario": action["scenario"],
+                    **({"down_s": action["down_s"]} if "down_s" in action else {})}
+            answer = self.sim.control("POST", "/resource-health", body)
+            action["events"] = [str(e["id"]) for e in (answer or {}).get("events") or []]
+            what = f"{action['scenario']} on {node}"
+        elif action["kind"] == "dcgm-xid":
+            self.sim.control("POST", "/dcgm/xid", {**target, "gpu": action.get("gpu", 0), "xid": action["xid"]})
+            what = f"XID {action['xid']} on {node}"
+        else:
+            self.sim.control("POST", "/dcgm/ecc-storm", {**target, "gpu": action.get("gpu", 0),
+                                                        "persist": bool(action.get("persist"))})
+            what = f"ECC storm on {node}"
+        action["node"] = node
+        return what
 
     def _kube(self, cluster: str, method: str, path: str, body: Any = None,
               content_type: str = "application/json") -> tuple[int, Any]:

@@ -13,6 +13,10 @@ unmanaged pool to migrate (surge, rolling or auto, tight quota or not, scarce ca
 fault rules (ARM 429/5xx, failed LROs, QuotaExceeded, AllocationFailed, Kubernetes API errors,
 dropped connections standing in for timeouts, slow answers, Event Grid duplicates, delays and
 reordering); crashes of the app between two steps; one or two hosts at once.
+
+Two layers add to that, each from an RNG of its own so that every draw here stays as it was:
+:mod:`soak.strict` (issue 10's stricter faults) and :mod:`soak.signals` (issue 13's fault signals:
+Azure Resource Health events, forged ones, DCGM faults and a Prometheus outage).
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class SoakScenario:
     actions: list[dict[str, Any]] = field(default_factory=list)
     strict_faults: list[str] = field(default_factory=list)
     nap_pools: list[tuple[str, str]] = field(default_factory=list)  # (cluster, NodePool)
+    # Issue 13's fault signals (soak.signals, a third RNG): what was drawn, and the clusters whose DCGM
+    # series the app reads (SIGNALS_PROMETHEUS is built from the simulator's endpoint when the run starts).
+    signal_faults: list[str] = field(default_factory=list)
+    dcgm_clusters: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         clusters = sorted({p.cluster for p in self.pools})
@@ -106,9 +114,10 @@ class SoakScenario:
                           for p in self.pools)
         mode = f", host processes with {len(self.kills)} kill(s)" if self.process_mode else ""
         strict = f"; strict: {', '.join(self.strict_faults)}" if self.strict_faults else ""
+        signals = f"; signals: {', '.join(self.signal_faults)}" if self.signal_faults else ""
         return (f"seed {self.seed}: {len(clusters)} cluster(s) [{pools}], {len(self.flips)} flip(s), "
                 f"{len(self.flapping)} flapping, {len(self.faults)} fault rule(s), {self.hosts} host(s), "
-                f"{len(self.crashes)} crash(es){mode}{strict}")
+                f"{len(self.crashes)} crash(es){mode}{strict}{signals}")
 
 
 def _fault_rules(rng: random.Random, *, clusters: list[str], window: float) -> list[dict[str, Any]]:
@@ -178,13 +187,16 @@ def _workloads(rng: random.Random, pool: PoolPlan) -> list[dict[str, Any]]:
     return out
 
 
-def generate(seed: int, *, short: bool = False, process_mode: bool = False, strict: bool = True) -> SoakScenario:
+def generate(seed: int, *, short: bool = False, process_mode: bool = False, strict: bool = True,
+             signals: bool | None = None) -> SoakScenario:
     """The scenario of ``seed``. ``short`` keeps it small enough for the test suite's soak.
 
     ``strict`` adds the stricter faults of :mod:`soak.strict` (terminating namespaces, pods held by
     finalizers, unready pods under a PDB, a locked node resource group, a NAP cluster), drawn from a
     second RNG so that everything drawn here is the same with or without them; ``strict=False`` is
     the scenario as it was before them (the pinned regression seeds run that way).
+    ``signals`` (by default: as ``strict``) adds issue 13's fault signals of :mod:`soak.signals`, drawn
+    from a third RNG: Resource Health events (real and forged), DCGM faults and a Prometheus outage.
     """
     rng = random.Random(seed)
     n_clusters = 1 if short or rng.random() < 0.6 else 2
@@ -301,7 +313,14 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
 
         strict_layer = add_strict_faults(seed, short=short, pools=pools, profile=profile, sim_clusters=sim_clusters,
                                          timings=timings, flips=flips, grace=grace, span=span)
-    actions = strict_layer.actions if strict_layer else []
+    actions = list(strict_layer.actions) if strict_layer else []
+    signal_layer = None
+    if strict if signals is None else signals:
+        from soak.signals import add_signal_faults
+
+        signal_layer = add_signal_faults(seed, pools=pools, clusters=clusters, subscription=SUBSCRIPTION, grace=grace,
+                                         span=span)
+        actions = sorted(actions + signal_layer.actions, key=lambda a: (a["at"], a["kind"]))
     last = max([f["at"] for f in flips] + [f["start"] + f["period_s"] * f["flips"] for f in flapping] + [grace]
                + [a["at"] for a in actions])
     quiet_after = last + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60
@@ -325,4 +344,6 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
                         flips=flips, flapping=flapping, quiet_after_s=quiet_after, horizon_s=quiet_after + 1500,
                         process_mode=process_mode, kills=kills, actions=actions,
                         strict_faults=strict_layer.kinds if strict_layer else [],
-                        nap_pools=strict_layer.nap_pools if strict_layer else [])
+                        nap_pools=strict_layer.nap_pools if strict_layer else [],
+                        signal_faults=signal_layer.kinds if signal_layer else [],
+                        dcgm_clusters=signal_layer.dcgm_clusters if signal_layer else [])

@@ -42,6 +42,9 @@ log = logging.getLogger("soak.inprocess")
 
 SUBSCRIBER = "remediation_events"  # the Event Grid subscription of the remediation trigger (devhost's file)
 UNHEALTHY = "Steward.GpuNode.Unhealthy"
+HEALTH_SUBSCRIBER = "health_events"  # the HealthResources system topic's subscription (devhost's file)
+HEALTH_TYPES = ("Microsoft.ResourceNotifications.HealthResources.AvailabilityStatusChanged",
+                "Microsoft.ResourceNotifications.HealthResources.ResourceAnnotated")
 SWEEP_EVERY_S = 10.0
 PLANNER_EVERY_S = 12.0
 MAX_STEP_S = 5.0
@@ -79,8 +82,12 @@ class RunLog:
         self.wall_by_phase[phase] = self.wall_by_phase.get(phase, 0.0) + time.monotonic() - started
 
 
-def app_settings(endpoints: dict[str, Any], *, storage: str, table: str, profile: dict[str, str]) -> dict[str, str]:
-    """The app settings a deployment would have, pointing at this simulator and Azurite."""
+def app_settings(endpoints: dict[str, Any], *, storage: str, table: str, profile: dict[str, str],
+                 dcgm_clusters: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """The app settings a deployment would have, pointing at this simulator and Azurite (and, for the
+    clusters in ``dcgm_clusters``, at the simulator's Azure Monitor workspace: SIGNALS_PROMETHEUS)."""
+    from soak.signals import prometheus_setting
+
     subscriptions = sorted({str(c["id"]).split("/")[2] for c in endpoints.get("clusters") or []})
     values = {
         "AzureWebJobsStorage": storage,
@@ -96,6 +103,7 @@ def app_settings(endpoints: dict[str, Any], *, storage: str, table: str, profile
         "NUDGE_QUEUE": "steward-nudge",
     }
     values.update(profile)
+    values.update(prometheus_setting(endpoints, dcgm_clusters))
     return values
 
 
@@ -113,7 +121,8 @@ class InProcessRun:
         self.rng = random.Random(scenario.seed * 7919 + 1)
         self.clock = LinkedClock(sim)
         self.start = self.clock.now()
-        self.settings_env = app_settings(sim.endpoints, storage=storage, table=table, profile=scenario.profile)
+        self.settings_env = app_settings(sim.endpoints, storage=storage, table=table, profile=scenario.profile,
+                                         dcgm_clusters=scenario.dcgm_clusters)
         self.log = RunLog()
         self.sampler = Sampler()
         self.wall_budget_s = wall_budget_s
@@ -166,26 +175,34 @@ class InProcessRun:
     # ------------------------------------------------------------------ one host's turn
 
     def _deliveries(self, host: Host, feed: Any) -> None:
+        """The two Event Grid triggers: the steward's own Unhealthy events, and Azure Resource Health's."""
         from shared import entrypoints
 
-        deliveries = feed.fetch(subscriber=SUBSCRIBER, max_n=8, lock_s=DELIVERY_LOCK_S, types=(UNHEALTHY,))
+        self._deliver(host, feed, subscriber=SUBSCRIBER, types=(UNHEALTHY,), where="remediation trigger",
+                      handler=entrypoints.handle_gpu_event)
+        self._deliver(host, feed, subscriber=HEALTH_SUBSCRIBER, types=HEALTH_TYPES, where="health events trigger",
+                      handler=entrypoints.handle_health_event)
+
+    def _deliver(self, host: Host, feed: Any, *, subscriber: str, types: tuple[str, ...], where: str,
+                 handler: Callable[..., Any]) -> None:
+        deliveries = feed.fetch(subscriber=subscriber, max_n=8, lock_s=DELIVERY_LOCK_S, types=types)
         for delivery in deliveries:
             event = delivery.get("event") or {}
             token = str(delivery.get("lock_token", ""))
-            if event.get("type") != UNHEALTHY:
-                feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="ok")
+            if event.get("type") not in types:
+                feed.settle(subscriber=subscriber, lock_token=token, outcome="ok")
                 continue
             self.log.deliveries += 1
             try:
-                entrypoints.handle_gpu_event(dict(event), ctx=host.ctx)
+                handler(dict(event), ctx=host.ctx)
             except HostCrashed:
                 raise  # never settled: the lock runs out and Event Grid redelivers
             except Exception as error:
-                self._note_error("remediation trigger", error)
+                self._note_error(where, error)
                 self.log.delivery_retries += 1
-                feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="retry", reason=str(error)[:300])
+                feed.settle(subscriber=subscriber, lock_token=token, outcome="retry", reason=str(error)[:300])
                 continue
-            feed.settle(subscriber=SUBSCRIBER, lock_token=token, outcome="ok")
+            feed.settle(subscriber=subscriber, lock_token=token, outcome="ok")
 
     def _note_error(self, where: str, error: BaseException) -> None:
         from shared.kernel.errors import StewardError

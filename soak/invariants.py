@@ -37,6 +37,10 @@ Under the stricter faults of issue 10 (soak/strict.py):
     NodeClaim, and a GPU fault on one is reported.
 16. ``uncordon-while-faulty``: a repair never uncordons a node while a configured condition is True, nor
     on node-problem-detector's start-up ``False`` (True again within its first check).
+
+Under issue 13's fault signals (soak/signals.py), 17-20 in soak/signal_invariants.py: forged health
+events touch nothing, a Prometheus outage publishes no fault, one remediation per node at a time, and
+no remediation from an application XID or a record-only health event.
 """
 
 from __future__ import annotations
@@ -378,7 +382,9 @@ def check_false_positives(evidence: Evidence) -> list[Violation]:
     for rec in evidence.records.get("remediation", []):
         cond = str(rec.data.get("condition", ""))
         key = (_cluster_name(str(rec.data.get("cluster", ""))), str(rec.data.get("node", "")), cond)
-        if cond and cond not in configured:
+        # REMEDIATION_CONDITIONS configures the NPD conditions; other signals have their policy tables
+        # (soak/signal_invariants.py judges those).
+        if cond and cond not in configured and str(rec.data.get("signal") or "npd") == "npd":
             out.append(Violation("no-false-positive", f"remediation {rec.id} for {cond}, which is not configured"))
         if key in flapped:
             out.append(Violation("no-false-positive", f"remediation {rec.id} for a flapping {cond} on {key[1]}"))
@@ -644,7 +650,9 @@ CHECKS = (check_liveness, check_oracles, check_budgets, check_outcomes, check_le
 
 
 def check_all(evidence: Evidence) -> list[Violation]:
+    from soak.signal_invariants import SIGNAL_CHECKS  # imports this module: not at its top
+
     out: list[Violation] = []
-    for check in CHECKS:
+    for check in (*CHECKS, *SIGNAL_CHECKS):
         out.extend(check(evidence))
     return out

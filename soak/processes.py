@@ -56,7 +56,7 @@ class ProcessRun:
             client = SimClient(sim.endpoints)
             settings = app_settings(sim.endpoints, storage=self.azurite.connection_string, table=table,
                                     profile={**devstack.FAST_PROFILE, "RECONCILE_SCHEDULE": "*/1 * * * * *",
-                                             **scenario.profile})
+                                             **scenario.profile}, dcgm_clusters=scenario.dcgm_clusters)
             settings["FUNCTIONS_WORKER_RUNTIME"] = "python"
             path = self.state_dir / "local.settings.json"
             path.write_text(json.dumps({"IsEncrypted": False, "Values": settings}, indent=2))

@@ -32,6 +32,7 @@ class Mix:
     process_every: int = 20  # every N-th seed runs real host processes (0 = never)
     table_every: int = 5  # every N-th in-process seed uses the Azurite table instead of its in-memory twin
     strict: bool = True  # add the stricter faults of soak.strict (False: the scenarios as before issue 10)
+    signals: bool | None = None  # add issue 13's fault signals (soak.signals); None: as ``strict``
 
     def process_mode(self, seed: int) -> bool:
         return self.process_every > 0 and seed % self.process_every == self.process_every - 1
@@ -195,6 +196,8 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                 result.faults["two hosts at once"] += 1
         for kind in scenario.strict_faults:
             result.faults[f"strict: {kind}"] += 1
+        for kind in scenario.signal_faults:
+            result.faults[f"signals: {kind}"] += 1
         for action in evidence.actions:
             result.faults[f"  action {action['kind']}{'' if action.get('ok') else ' (not done)'}"] += 1
         for fired in oracles.get("faults_fired") or []:
@@ -207,6 +210,9 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                 result.outcomes[f"{kind} {rec.state}"] += 1
                 where = (f" ({rec.data.get('node')}, rung {_rung_note(rec)})" if kind == "remediation"
                          else f" ({rec.data.get('pool')})")
+                if kind == "remediation" and rec.data.get("signal") not in (None, "npd"):
+                    where += f" [{rec.data.get('signal')} {rec.data.get('policy_row', '')}]"
+                    result.outcomes[f"  from a {rec.data.get('signal')} signal: {rec.state}"] += 1
                 result.notes.append(f"{kind} {rec.id} {rec.state}{where}: {_why(rec)}")
                 if kind == "remediation":
                     result.outcomes.update(f"  {path}" for path in _paths(rec))
@@ -226,7 +232,7 @@ def run_seed(seed: int, *, mix: Mix | None = None, short: bool = False, azurite:
     """Generate the scenario of ``seed`` (and its mode from ``mix``) and run it."""
     mix = mix or Mix()
     process = mix.process_mode(seed)
-    scenario = generate(seed, short=short, process_mode=process, strict=mix.strict)
+    scenario = generate(seed, short=short, process_mode=process, strict=mix.strict, signals=mix.signals)
     return run_scenario(scenario, azurite=azurite, use_table=mix.use_table(seed), wall_budget_s=wall_budget_s)
 
 

@@ -168,7 +168,8 @@ def test_a_short_soak_run_executes_its_strict_actions_and_keeps_every_invariant(
     from soak.report import failure_text
     from soak.runner import run_scenario
 
-    scenario = generate(21, short=True)  # a namespace deleted, finalizers removed by a patch, a locked node RG
+    # a namespace deleted, finalizers removed by a patch, a locked node RG (and no signals: soak/signals.py)
+    scenario = generate(21, short=True, signals=False)
     assert {a["kind"] for a in scenario.actions} == {"delete-namespace", "remove-finalizers", "lock-node-rg"}
     result = run_scenario(scenario, wall_budget_s=150.0)
     assert not result.failed, failure_text(result)
