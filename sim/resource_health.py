@@ -51,6 +51,15 @@ class VmHealth:
     annotation: str = ""
 
 
+#: What Resource Health shows for a state before any annotation says why (the portal's wording of each
+#: availabilityState: https://learn.microsoft.com/azure/service-health/resource-health-overview#health-status).
+_STATE_SUMMARY = {
+    "Degraded": "Your virtual machine is degraded: its performance or availability is reduced.",
+    "Unavailable": "Your virtual machine is unavailable.",
+    "Unknown": "Resource Health hasn't received information about this virtual machine for more than 10 minutes.",
+}
+
+
 def _states(fleet: Any) -> dict[str, VmHealth]:
     states = getattr(fleet, "vm_health", None)
     if not isinstance(states, dict):
@@ -82,6 +91,8 @@ def _apply(fleet: Any, event: dict[str, Any]) -> None:
         entry.since = fleet.now()
         if entry.state == "Available":
             entry.summary, entry.annotation = VmHealth().summary, ""
+        else:  # the "no known problems" text of an Available VM no longer holds; the state's own words do
+            entry.summary = str(props.get("summary") or _STATE_SUMMARY.get(entry.state, entry.summary))
     else:
         entry.annotation = str(props["annotationName"])
         entry.summary = str(props.get("summary") or entry.summary)

@@ -292,6 +292,7 @@ ARM_DRIVERS: dict[str, Callable[[World], Any]] = {
     f"{MC}/agentPools/machines/read": lambda w: w.aks.list_machines(_cid(w), "gpu"),
     f"{VMSS_VM}/restart/action": lambda w: w.compute.begin_restart(_vm(w, 0)),
     f"{VMSS_VM}/reimage/action": lambda w: w.compute.begin_reimage(_vm(w, 1)),
+    "Microsoft.ResourceHealth/availabilityStatuses/read": lambda w: w.compute.get_availability(_vm(w, 0)),
     "Microsoft.Network/virtualNetworks/subnets/join/action": lambda w: w.aks.begin_put_pool(
         _cid(w), "vnetpool", _pool_body(vnetSubnetID=SUBNET)),
     "Microsoft.Network/publicIPPrefixes/join/action": lambda w: w.aks.begin_put_pool(
