@@ -15,8 +15,9 @@ with the simulated nodes before each answer, as the exporter on each node would:
 - a replaced node is a new node with fresh GPUs.
 
 Faults come through the control API (``/_sim/dcgm/...``, :meth:`FleetDcgm.control`): an XID on a GPU,
-an ECC storm, a row-remap failure or pending remap, and a workspace outage (503), a partial answer
-(``warning``) or throttling.
+an ECC storm, a row-remap failure or pending remap, one error counter set alone (``/_sim/dcgm/counter``
+{metric, value}: the fields of NVIDIA/dcgm-exporter etc/default-counters.csv that sim.prometheus models), and a
+workspace outage (503), a partial answer (``warning``) or throttling.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from sim.http import Request, Response
-from sim.prometheus import PrometheusApi, PrometheusModel
+from sim.prometheus import ERROR_COUNTERS, PrometheusApi, PrometheusModel
 
 PREFIX = "/prometheus/"
 REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def _gpu_count(node: Any) -> int:
@@ -134,6 +136,16 @@ class FleetDcgm:
                 m.set(node, gpu, REMAP_PENDING, 1, cluster=cluster)
             if not body.get("failure") and not body.get("pending"):
                 raise ValueError("body must say failure: true or pending: true")
+        elif sub == "/dcgm/counter":
+            # One error counter of one GPU set to a value, alone (the other faults move several at once):
+            # what the exporter would report for that field (NVIDIA/dcgm-exporter etc/default-counters.csv).
+            metric, value = str(body.get("metric") or ""), float(body.get("value", 1))
+            if metric not in ERROR_COUNTERS or metric == XID_METRIC:
+                raise ValueError(f"metric must be one of {', '.join(c for c in ERROR_COUNTERS if c != XID_METRIC)} "
+                                 f"(XIDs: /_sim/dcgm/xid), not {metric!r}")
+            if not value >= 0:
+                raise ValueError("value must be a number >= 0")
+            m.set(node, gpu, metric, value, cluster=cluster)
         else:
             return Response.json(404, {"error": {"code": "Error", "message": f"no control endpoint POST /_sim{sub}"}})
         return Response.json(200, {"cluster": cluster, "node": node, "gpu": gpu, "queries": len(m.queries)})

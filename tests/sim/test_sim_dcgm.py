@@ -112,3 +112,16 @@ def test_an_outage_is_a_503_until_it_ends_and_a_bad_target_is_a_400() -> None:
     status, _ = control_call(control, "POST", "/_sim/dcgm/xid", {"cluster": "c", "pool": "gpu", "xid": 79, "gpu": 5})
     assert status == 400
     assert "/_sim/dcgm" in control_call(control, "GET", "/_sim")[1]["endpoints"]
+
+
+def test_one_counter_is_set_alone_and_an_unknown_one_is_a_400() -> None:
+    fleet, dcgm, control = world()
+    for metric in (sp.DBE_VOLATILE, sp.DBE_AGGREGATE, sp.REMAP_FAILURE, sp.REMAP_PENDING):
+        status, answer = control_call(control, "POST", "/_sim/dcgm/counter",
+                                      {"cluster": "c", "pool": "gpu", "metric": metric, "value": 3})
+        assert status == 200, answer
+        assert faulty(query(fleet, dcgm)) == {(answer["node"], "0", metric): "3"}
+        control_call(control, "POST", "/_sim/dcgm/counter", {"cluster": "c", "pool": "gpu", "metric": metric, "value": 0})
+    for bad in ({"metric": sp.XID_METRIC, "value": 79}, {"metric": "DCGM_FI_DEV_GPU_TEMP"},
+                {"metric": sp.DBE_VOLATILE, "value": -1}):
+        assert control_call(control, "POST", "/_sim/dcgm/counter", {"cluster": "c", "pool": "gpu", **bad})[0] == 400
