@@ -22,6 +22,7 @@ from shared.kernel.ports import EvictionResult
 from shared.remediation import records as remediation
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import State
+from tests.fakes.kube_client import offline_kube_client
 from tests.unit.fakes_remediation import Fleet, make_pod, run_until_settled, unhealthy_event
 
 NODE = "aks-gpu-1"
@@ -67,26 +68,8 @@ class _Core:
         raise error
 
 
-class _Credential:
-    def get_token(self, *scopes: str, **_: Any) -> Any:
-        raise AssertionError("no request leaves this test")
-
-
 def _client(core: _Core) -> Any:
-    from shared.adapters.kube.client import KubeClient
-    from shared.kernel.clock import ManualClock
-
-    kubeconfig = b"""apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-users: [{name: u, user: {}}]
-"""
-    client = KubeClient(kubeconfig, _Credential(), server_app_id="6dae42f8-4368-4678-94ff-3960e28e3630",
-                        clock=ManualClock(0.0), retry_attempts=1)
-    client._core = core
-    return client
+    return offline_kube_client(core=core, retry_attempts=1)
 
 
 NAMESPACE_TERMINATING_403 = {

@@ -16,6 +16,7 @@ import pytest
 
 from shared.adapters.kube.errors import map_kube_error
 from shared.kernel.errors import Forbidden, NamespaceTerminating, Unauthorized
+from tests.fakes.kube_client import offline_kube_client
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -59,11 +60,6 @@ def test_an_rbac_403_is_plain_forbidden_whatever_its_message_says() -> None:
     assert type(mapped) is Forbidden
 
 
-class _Credential:
-    def get_token(self, *scopes: str, **_: Any) -> Any:
-        raise AssertionError("no request leaves this test")
-
-
 class _Core:
     """``read_node`` answers the queued errors first, then a node; counts the calls."""
 
@@ -83,19 +79,7 @@ class _Core:
 
 
 def _client(core: _Core) -> tuple[Any, list[int]]:
-    from shared.adapters.kube.client import KubeClient
-    from shared.kernel.clock import ManualClock
-
-    kubeconfig = b"""apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-users: [{name: u, user: {}}]
-"""
-    client = KubeClient(kubeconfig, _Credential(), server_app_id="6dae42f8-4368-4678-94ff-3960e28e3630",
-                        clock=ManualClock(0.0), retry_attempts=4)
-    client._core = core
+    client = offline_kube_client(core=core, retry_attempts=4)
     invalidated: list[int] = []
     client._tokens.invalidate = lambda: invalidated.append(core.calls)
     return client, invalidated

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from shared.kernel.errors import Transient
+from tests.fakes.kube_client import offline_kube_client
 
 EXPIRED_410 = {
     "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
@@ -68,29 +69,8 @@ class _Server:
         return _page(self.kind, names, next_token, str(1000 + gen))
 
 
-class _Credential:
-    def get_token(self, *scopes: str, **_: Any) -> Any:
-        raise AssertionError("no request leaves this test")
-
-
 def _client(*, get_json: Callable[[str, Mapping[str, Any]], bytes] | None = None, core: Any = None) -> Any:
-    from shared.adapters.kube.client import KubeClient
-    from shared.kernel.clock import ManualClock
-
-    kubeconfig = b"""apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-users: [{name: u, user: {}}]
-"""
-    client = KubeClient(kubeconfig, _Credential(), server_app_id="6dae42f8-4368-4678-94ff-3960e28e3630",
-                        clock=ManualClock(0.0), retry_attempts=4)
-    if get_json is not None:
-        client._get_json = get_json
-    if core is not None:
-        client._core = core
-    return client
+    return offline_kube_client(core=core, get_json=get_json)
 
 
 def _node_client(server: _Server) -> Any:
