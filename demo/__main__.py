@@ -14,13 +14,20 @@ The storyline (demo/scenario.yaml, a clock 20x the wall):
      ``health:availability:Degraded``); the annotation joins that remediation instead of starting another;
    - planned maintenance reboots another node: recorded only (``Steward.Remediation.SignalRecorded``);
    - an XID 79 on the out-of-scope cluster's GPU, in the same workspace: never acted on;
+   - forgeries the DCGM signal refuses (demo/dcgm_story.py, issue 18): a tenant pod's XID series naming a
+     healthy node of another team (through pod annotations, and through a PodMonitor in the managed
+     exporter's exact labels), and a second in-scope cluster whose admin sets ``cluster_alias`` to
+     ml-serve so its own XID 79 arrives under ml-serve's name;
 4. the migration planner moves two unmanaged pools to managed ones (surge and rolling), skips the
    MIG pool and says why, while PodDisruptionBudget-protected workloads keep running;
 5. an out-of-scope cluster's broken node is never touched.
 It ends by itself when every story has ended (or after a time limit, saying what did not finish),
 and prints what happened from the ledger, the published events and the simulator's oracles: each
 remediation with the signal that started it (npd, dcgm, resource-health), the signal's own words and
-the policy row that matched, and the signals that were only recorded.
+the policy row that matched, and the signals that were only recorded; and a section for the DCGM signal:
+the XID 79 in AKS's label shape and its repair, how each forgery was refused (code and reason, or the
+node's own exporter contradicting it), the nodes they named untouched, and the counters AKS's managed
+exporter does not export.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from demo.dcgm_story import FORGERIES, DcgmStory, signal_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "demo" / "scenario.yaml"
@@ -105,12 +114,6 @@ GREEDY_REQUEST = {
 KINDS = ("pool-request", "remediation", "migration")
 RECORDED_EVENT = "Steward.Remediation.SignalRecorded"
 
-#: The Azure Monitor workspace ml-serve and research-lab send their dcgm-exporter metrics to (the
-#: simulator serves any workspace name at /prometheus/<name>, every cluster's series told apart by
-#: the ``cluster`` label, as one workspace shared by two clusters would).
-WORKSPACE = "ml-observability"
-DCGM_CLUSTERS = ("ml-serve", "research-lab")
-
 #: What the GPUs and Azure do, at fixed fleet seconds after the fleet's start, through the simulator's
 #: control API (the node is the ``index``-th of its pool, resolved when the signal is played).
 SIGNALS: tuple[dict[str, Any], ...] = (
@@ -128,27 +131,18 @@ SIGNALS: tuple[dict[str, Any], ...] = (
     {"at": 290, "path": "/resource-health", "cluster": "ml-serve", "pool": "embed", "index": 2,
      "body": {"scenario": "planned-maintenance", "down_s": 20},
      "say": "Azure reboots {node} for planned maintenance"},
+    *FORGERIES,
 )
 #: The remediations the storyline must show (signal -> what), besides the NPD conditions' own.
 SIGNAL_STORIES = {"dcgm": "a node repaired because of an XID read from Prometheus",
                   "resource-health": "a node drained ahead of a Resource Health Degraded event"}
 
 
-def signal_settings(endpoints: dict[str, Any]) -> dict[str, str]:
-    """The DCGM settings of the demo's profile (docs/signals-dcgm.md): ml-serve's and research-lab's
-    workspace. Known only once the simulator listens (the endpoint carries its port), so they join
-    :data:`PROFILE` before the host starts; research-lab is configured too, to show that scope, not the
-    setting, decides which nodes are acted on."""
-    endpoint = f"{str(endpoints['arm_endpoint']).rstrip('/')}/prometheus/{WORKSPACE}"
-    clusters = {str(c["name"]): str(c["id"]) for c in endpoints["clusters"]}
-    return {"SIGNALS_PROMETHEUS": json.dumps({clusters[name]: {"endpoint": endpoint} for name in DCGM_CLUSTERS})}
-
-
 class SignalPlayer:
     """Plays :data:`SIGNALS` when the fleet's clock reaches them; :attr:`played` says what was done, and when."""
 
-    def __init__(self, stack: Any, clock: Any, start: float) -> None:
-        self.stack, self.clock, self.start = stack, clock, start
+    def __init__(self, stack: Any, clock: Any, start: float, *, story: DcgmStory | None = None) -> None:
+        self.stack, self.clock, self.start, self.story = stack, clock, start, story
         self.pending = sorted(SIGNALS, key=lambda s: float(s["at"]))
         self.played: list[tuple[float, str]] = []
 
@@ -165,10 +159,24 @@ class SignalPlayer:
             cluster = next(c for c in state["clusters"] if c["name"] == signal["cluster"])
             pool = next(p for p in cluster["pools"] if p["name"] == signal["pool"])
             node = str(pool["nodes"][int(signal["index"])])
-            self.stack.control("POST", str(signal["path"]), {"cluster": signal["cluster"], "node": node, **signal["body"]})
+            body = _with_node(signal["body"], node)
+            answer = self.stack.control("POST", str(signal["path"]), {"cluster": signal["cluster"], "node": node, **body})
+            if self.story is not None:
+                self.story.on_played(signal, node, answer, at=self.clock.now())
             text = str(signal["say"]).format(node=node)
             self.played.append((self.clock.now(), text))
             _say(self.clock, text)
+
+
+def _with_node(value: Any, node: str) -> Any:
+    """``value`` with every ``{node}`` in its strings replaced by the node's name."""
+    if isinstance(value, str):
+        return value.replace("{node}", node)
+    if isinstance(value, dict):
+        return {k: _with_node(v, node) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_node(v, node) for v in value]
+    return value
 
 
 def _say(clock: Any, text: str) -> None:
@@ -253,7 +261,7 @@ def _recorded(events: list[dict[str, Any]]) -> list[str]:
 
 
 def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finished: bool, waiting: list[str],
-           played: list[tuple[float, str]] | None = None) -> int:
+           played: list[tuple[float, str]] | None = None, story: DcgmStory | None = None) -> int:
     print("\n================ what happened ================\n")
     if played:
         print("Fault signals played (fleet time):")
@@ -295,6 +303,7 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
             print()
     except Exception as exc:  # the report must not hide the rest because the plan view failed
         print(f"(migration plan unavailable: {exc})\n")
+    events: list[dict[str, Any]] = []
     try:
         events = _published(stack)
         recorded = _recorded(events)
@@ -323,6 +332,15 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
     lab = [r for r in records.values() if "research-lab" in json.dumps(r.data)]
     print(f"  records about the out-of-scope cluster research-lab: {len(lab)}")
     print()
+    dcgm_ok = True
+    if story is not None:
+        lines, dcgm_ok = story.report_lines(records=list(records.values()), events=events, oracles=oracles,
+                                            host_log=stack.state_dir / "host-1.log",
+                                            setting=str(stack.settings.get("SIGNALS_PROMETHEUS") or ""))
+        print("\n".join(lines))
+        print()
+        if not dcgm_ok:
+            print("The DCGM story did NOT hold (see above).")
     if finished:
         print("Every story ended.")
     else:
@@ -330,7 +348,7 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
         for w in waiting:
             print(f"  - {w}")
     unsafe = any(oracles.get(k) for k in ("pdb_violations", "pods_killed_without_eviction", "workload_pods_lost"))
-    return 0 if finished and not unsafe and not lab else 1
+    return 0 if finished and not unsafe and not lab and dcgm_ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,12 +369,16 @@ def main(argv: list[str] | None = None) -> int:
         # here, and the host starts with all of them (as tests/e2e/test_dcgm_e2e.py does).
         stack.settings.update(signal_settings(stack.endpoints))
         stack.settings_path.write_text(json.dumps({"IsEncrypted": False, "Values": stack.settings}, indent=2))
+        host_log = stack.state_dir / "host-1.log"
+        log_offset = host_log.stat().st_size if host_log.exists() else 0  # devstack appends to an earlier run's log
         stack.start_host("host-1")
         c = stack.endpoints["clock"]
         fleet_clock = clock_mod.ScaledClock(epoch_real=c["epoch_real"], epoch_sim=c["epoch_sim"], speed=c["speed"])
         clock_mod.use(fleet_clock)
-        player = SignalPlayer(stack, fleet_clock, start=float(c["epoch_sim"]))
         ctx = stack.context()
+        story = DcgmStory(ctx, stack.endpoints)
+        story.log_offset = log_offset
+        player = SignalPlayer(stack, fleet_clock, start=float(c["epoch_sim"]), story=story)
         print(f"  fleet: {len(stack.endpoints['clusters'])} clusters, clock x{c['speed']:g}; logs in {state}\n")
         stack.submit(VALID_REQUEST, team="ml-platform")
         _say(fleet_clock, f"team ml-platform asks for a managed T4 pool on ml-platform ({VALID_REQUEST['requestId']})")
@@ -367,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"ml-platform ({GREEDY_REQUEST['requestId']})")
         seen: dict[tuple[str, str], str] = {}
         deadline = time.monotonic() + args.timeout
-        finished, waiting = False, []
+        finished, waiting = False, list[str]()
         records: dict[tuple[str, str], Any] = {}
         while time.monotonic() < deadline:
             player.play_due()
@@ -376,11 +398,15 @@ def main(argv: list[str] | None = None) -> int:
                 if seen.get(key) != r.state:
                     seen[key] = r.state
                     _say(fleet_clock, f"{_label(r)} -> {r.state}: {_last_note(r)}")
+            story.watch()
             finished, waiting = _finished(records, signals_left=len(player.pending))
+            if finished:  # the DCGM story's own end is read from the published events: asked last
+                waiting = story.missing(_published(stack), now=fleet_clock.now())
+                finished = not waiting
             if finished:
                 break
             time.sleep(min(1.0, player.wall_until_next()))
-        return report(stack, ctx, records, finished=finished, waiting=waiting, played=player.played)
+        return report(stack, ctx, records, finished=finished, waiting=waiting, played=player.played, story=story)
 
 
 if __name__ == "__main__":

@@ -236,6 +236,7 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         "breaker": records.breaker_view(records.get_record(ledger, records.BREAKER, "fleet")),
         "migrations": [records.migration_view(r) for r in migrations],
         "clusters": None, "fleet_error": "",
+        "signals": _signal_lines(settings),
     }
     if not ledger_only:
         from fleetctl.fleet import build_context, fleet_view
@@ -245,6 +246,19 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         except FleetUnavailable as error:
             data["fleet_error"] = str(error)
     return data
+
+
+def _signal_lines(settings: dict[str, str]) -> list[str]:
+    """What the fault signals cannot see, from the settings alone: DCGM rows whose counter a cluster's
+    exporter does not export (shared.remediation.dcgm_reports), or why the setting cannot be read."""
+    from shared.kernel.env import SettingError
+    from shared.remediation import dcgm_config, dcgm_reports
+
+    try:
+        targets = dcgm_config.parse_targets(settings.get("SIGNALS_PROMETHEUS", ""))
+    except SettingError as exc:
+        return [f"DCGM signal off: {exc}"]
+    return dcgm_reports.inactive_lines(targets.values())
 
 
 def _status_text(data: dict[str, Any]) -> str:
@@ -277,6 +291,7 @@ def _status_text(data: dict[str, Any]) -> str:
                   + (f" ({v['error_tries']} permanent failures in a row)" if v.get("error_tries") else "")
                   + f": {v['last_error']}" for v in flight if v.get("last_error")]
     lines.append(_breaker_text(data["breaker"]))
+    lines += data.get("signals") or []
     migrations = data["migrations"]
     lines.append(f"migrations: {len(migrations)}")
     if migrations:

@@ -18,8 +18,8 @@ POOL_REQUEST, REMEDIATION, MIGRATION, BREAKER = "pool-request", "remediation", "
 
 # Terminal states per kind, as docs/architecture.md lists them.
 TERMINAL: dict[str, frozenset[str]] = {
-    POOL_REQUEST: frozenset({"succeeded", "rejected", "failed"}),
-    REMEDIATION: frozenset({"done", "gave_up", "refused", "released", "failed"}),
+    POOL_REQUEST: frozenset({"succeeded", "rejected", "failed", "blocked"}),
+    REMEDIATION: frozenset({"done", "gave_up", "refused", "released", "failed", "blocked"}),
     MIGRATION: frozenset({"done", "rolled_back", "blocked"}),
 }
 
@@ -42,12 +42,28 @@ def list_records(ledger: Any, kind: str, *, states: Sequence[str] | None = None)
 
 
 def get_record(ledger: Any, kind: str, id_: str) -> Any:
+    """The record ``id_`` of ``kind``, or None.
+
+    Pool requests are keyed ``<team>:<requestId>`` (shared.pools.records.record_id); a bare request id finds the
+    one team's request of that id (or the row an older version keyed by it). When several teams used the id,
+    none is guessed: :func:`pool_request_matches` lists them."""
     from shared.kernel.errors import NotFound
 
     try:
-        return ledger.get(kind, id_)
+        found = ledger.get(kind, id_)
     except NotFound:
         return None
+    if found is not None or kind != POOL_REQUEST:
+        return found
+    matches = pool_request_matches(ledger, id_)
+    return matches[0] if len(matches) == 1 else None
+
+
+def pool_request_matches(ledger: Any, request_id: str) -> list[Any]:
+    """Every pool-request row of this request id, whichever team sent it (newest first)."""
+    from shared.pools.records import split_id
+
+    return [r for r in list_records(ledger, POOL_REQUEST) if split_id(r.id)[1] == request_id]
 
 
 def _last_note(record: Any) -> str:
@@ -64,7 +80,9 @@ def _cluster_name(cluster_id: Any) -> str:
 def pool_request_view(record: Any) -> dict[str, Any]:
     d = record.data
     reasons = d.get("reasons") or []
-    return {"id": record.id, "state": record.state, "requester": d.get("requester"),
+    from shared.pools.records import split_id
+
+    return {"id": record.id, "request_id": split_id(record.id)[1], "state": record.state, "requester": d.get("requester"),
             "cluster": _cluster_name(d.get("cluster")), "cluster_id": d.get("cluster"), "pool": d.get("pool"),
             "vm_size": d.get("vm_size") or d.get("vmSize"), "created_at": record.created_at, "updated_at": record.updated_at,
             "outcome": "; ".join(map(str, reasons)) if reasons else (d.get("error") or _last_note(record)),

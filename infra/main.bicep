@@ -46,7 +46,7 @@ param accessResourceGroupIds array = []
 @description('Resource group ids holding the subnets, public IP prefixes or proximity placement groups that GPU pools in scope name (custom VNets): the linked-resources role is created and granted there. Empty: no such pools, no such role.')
 param linkedResourceGroupIds array = []
 
-@description('Also assign the Azure RBAC for Kubernetes role on accessClusters (clusters with Azure RBAC enabled).')
+@description('Also assign the Azure RBAC for Kubernetes role on accessClusters (clusters with Azure RBAC enabled). It holds no pod write: apply infra/kubernetes (scripts/apply-kube-rbac.sh) on those clusters too, the ClusterRole grants the evictions.')
 param assignKubernetesRole bool = true
 
 @description('Teams that may request GPU pools (POOL_REQUEST_TEAMS, shared/pools/teams.py): [{ name: <2-24 lowercase letters, digits, hyphens>, principalId: <object id of the team\'s group or identity>, principalType: Group | User | ServicePrincipal, policy: { clusters: [<cluster ARM ids>] or \'*\', sizes: [<VM sizes>] or \'*\' (default: the T4 and A10 sizes), maxGpusPerRequest: <n> (default 8) } }]. Each gets its own queue <POOL_REQUEST_QUEUE>-<name> in the team-requests storage account and Storage Queue Data Message Sender on it alone. Empty: no pool requests.')
@@ -66,7 +66,7 @@ param stewardPaused string = 'false'
 ])
 param migrationEnabled string = 'false'
 
-@description('DCGM error counters from Azure Monitor managed Prometheus (SIGNALS_PROMETHEUS, docs/signals-dcgm.md): a JSON object {"<cluster ARM id>": {"endpoint": "<workspace query endpoint>", "nodeLabel": "Hostname", "clusterLabel": "cluster"}}. Empty: no DCGM signal.')
+@description('DCGM error counters from Azure Monitor managed Prometheus (SIGNALS_PROMETHEUS, docs/signals-dcgm.md): a JSON object {"<cluster ARM id>": {"endpoint": "<workspace query endpoint>"}} for AKS\'s managed exporter, or with "exporter": "custom", "job", "counters" for an exporter of your own. Empty: no DCGM signal.')
 param signalsPrometheus string = ''
 
 @description('Azure Monitor workspace ids (/subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Monitor/accounts/<name>) that signalsPrometheus names: the app\'s identity gets Monitoring Data Reader on each (PromQL queries).')
@@ -99,6 +99,14 @@ var assignableScopes = [for sub in fleetSubscriptions: '/subscriptions/${sub}']
 var functionAppName = '${abbrs.functionApps}${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 var deadLetterContainerName = 'eventgrid-deadletter'
+// The Functions host's own blob containers in AzureWebJobsStorage (leases, timer status; keys), created
+// here so that the app's Storage Blob Data Contributor can be scoped to them (app/rbac.bicep).
+var hostsContainerName = 'azure-webjobs-hosts'
+var secretsContainerName = 'azure-webjobs-secrets'
+var hostContainerNames = [
+  hostsContainerName
+  secretsContainerName
+]
 
 // Queue and table names: the code's defaults (shared/settings.py), set as app settings below and
 // created in the storage account; the host adds "-poison" queues for messages that keep failing.
@@ -131,6 +139,11 @@ var stewardSettings = {
   POOL_REQUEST_TEAMS: string(teamPolicies)
   NUDGE_QUEUE: nudgeQueue
   LEDGER_TABLE: ledgerTable
+  LEDGER_RETENTION_DAYS: '30'
+  LEDGER_REJECTION_RETENTION_DAYS: '7'
+  LEDGER_DEDUPE_RETENTION_DAYS: '7'
+  LEDGER_SIGNAL_RETENTION_DAYS: '30'
+  LEDGER_RETENTION_MAX_DELETES: '200'
   EVENTGRID_TOPIC_ENDPOINT: topic.outputs.endpoint
   EVENTGRID_AUDIENCE: 'https://eventgrid.azure.net'
   STEWARD_EVENT_SOURCE: '/gpu-fleet-steward'
@@ -169,6 +182,9 @@ var stewardSettings = {
   REMEDIATION_RUNG_TIMEOUTS: ''
   REMEDIATION_DEFAULT_THRESHOLD_S: '300'
   REMEDIATION_STARTUP_GRACE_S: '600'
+  REMEDIATION_GPU_CAPACITY: 'true'
+  REMEDIATION_GPU_STARTUP_GRACE_S: '600'
+  REMEDIATION_GPU_LOST_THRESHOLD_S: '300'
   REMEDIATION_BUSY_TAINTS: 'ToBeDeletedByClusterAutoscaler,DeletionCandidateOfClusterAutoscaler,node.kubernetes.io/out-of-service,karpenter.sh/disrupted,karpenter.sh/disruption'
   REMEDIATION_BUSY_ANNOTATIONS: 'cluster-autoscaler.kubernetes.io/scale-down-disabled-for-upgrade'
   REMEDIATION_SKIP_NOT_READY: 'true'
@@ -184,6 +200,8 @@ var stewardSettings = {
   BUDGET_POOL_MAX_UNAVAILABLE: '1'
   BUDGET_POOL_MAX_UNAVAILABLE_PERCENT: '20'
   BUDGET_MAX_IN_FLIGHT: '5'
+  BUDGET_CLUSTER_MAX_IN_FLIGHT: '3'
+  BUDGET_BLOCKED_DRAIN_SLOT_S: '300'
   BUDGET_NODE_COOLDOWN_S: '3600'
   BUDGET_NODE_MAX_ATTEMPTS: '3'
   BUDGET_NODE_ATTEMPT_WINDOW_S: '86400'
@@ -192,12 +210,16 @@ var stewardSettings = {
   BREAKER_MIN_NODES: '3'
   BREAKER_MAX_NODES: '0'
   BREAKER_WINDOW_S: '600'
+  BREAKER_CLUSTER_SHARE_PERCENT: '50'
+  BREAKER_VERIFY_MAX_NODES: '100'
   REMEDIATION_DRY_RUN: 'false'
   REMEDIATION_POLL_S: '20'
   REMEDIATION_NODE_LEASE_S: '300'
   REMEDIATION_SWEEP_PAGE_SIZE: '500'
   SIGNALS_PROMETHEUS: signalsPrometheus
   SIGNALS_XID_OVERRIDES: ''
+  SIGNALS_DCGM_MAX_NODES: '64'
+  SIGNALS_DCGM_ROW_RETENTION_S: '604800'
 }
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
@@ -233,6 +255,8 @@ module storage './core/storage/storage-account.bicep' = {
     containerNames: [
       deploymentContainerName
       deadLetterContainerName
+      hostsContainerName
+      secretsContainerName
     ]
   }
 }
@@ -330,6 +354,8 @@ module rbac './app/rbac.bicep' = {
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     topicName: topic.outputs.name
     identityPrincipalId: identity.outputs.principalId
+    deploymentContainerName: deploymentContainerName
+    hostContainerNames: hostContainerNames
     developerPrincipalId: principalId
     developerPrincipalType: principalType
   }

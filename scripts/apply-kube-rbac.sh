@@ -1,10 +1,11 @@
 #!/bin/sh
 # Apply the steward's namespace and Kubernetes RBAC (infra/kubernetes/: namespace.yaml, the
 # cluster-wide clusterrole.yaml, the namespaced role.yaml, and clusterrolebinding.yaml and
-# rolebinding.yaml, which bind them to the app's identity) to clusters that use Kubernetes RBAC, and
-# to node auto-provisioning clusters (the Karpenter kinds have no Azure RBAC data actions). Clusters
-# with Azure RBAC for Kubernetes still need namespace.yaml (the app's leases, events and sample Jobs
-# live there). The simulator deploys the same files into every simulated cluster (sim/rbac.py).
+# rolebinding.yaml, which bind them to the app's identity) to EVERY cluster of the fleet, Azure RBAC
+# ones included: evictions are authorised by the ClusterRole only (the Azure role holds no pods/write,
+# which would let the app create privileged pods: docs/security.md), the Karpenter kinds have no Azure
+# RBAC data actions, and the app's leases, events and sample Jobs live in namespace.yaml's namespace.
+# The simulator deploys the same files into every simulated cluster (sim/rbac.py).
 # Run it as a cluster admin:
 #
 #   scripts/apply-kube-rbac.sh <cluster ARM id> [<cluster ARM id> ...]

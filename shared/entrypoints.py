@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shared.kernel.context import Context
     from shared.kernel.reconciler import ReconcileReport
+    from shared.kernel.retention import RetentionReport
 
 log = logging.getLogger("steward")
 
@@ -92,14 +93,26 @@ def record_kinds() -> dict[str, ModuleType]:
 
 
 def run_reconcile(*, reason: str = "timer", hint: str | None = None, ctx: Context | None = None) -> ReconcileReport:
-    """Advance every due durable record. A nudge only makes it run sooner; it always looks at all."""
+    """Advance every due durable record. A nudge only makes it run sooner; it always looks at all.
+
+    The timer's run (every RECONCILE_SCHEDULE, a safety net) also expires old ledger rows: run_retention."""
     from shared.kernel import reconciler, telemetry
 
     context = _ctx(ctx)
     with telemetry.correlation(None):
         report = reconciler.reconcile_once(context, modules=record_kinds())
+        if reason == "timer":
+            run_retention(context)
     log.info("reconcile (%s%s): %s", reason, f", {hint}" if hint else "", report.advanced or "nothing due")
     return report
+
+
+def run_retention(ctx: Context | None = None) -> RetentionReport:
+    """Delete the ledger rows past their retention, a bounded number per run (shared.kernel.retention)."""
+    from shared.kernel import retention
+
+    context = _ctx(ctx)
+    return retention.sweep(context, policy=context.settings.retention)
 
 
 def run_health_sweep(ctx: Context | None = None) -> Any:

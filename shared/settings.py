@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from shared.drain.settings import DrainSettings
 from shared.kernel.env import SettingError, env_bool, env_int, env_list, env_str
+from shared.kernel.retention import RetentionPolicy
 
 if TYPE_CHECKING:
     from shared.migration.policy import MigrationPolicy
@@ -166,6 +167,7 @@ class Settings:
     remediation: RemediationPolicy | None = None
     migration: MigrationPolicy | None = None
     drain: DrainSettings = field(default_factory=DrainSettings)  # the pod rules, bounds and default pace of every drain
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # LEDGER_*: how long each kind of row is kept
     # SIGNALS_PROMETHEUS: lower-case cluster id -> where its DCGM series are (shared.remediation.dcgm_config)
     signals_prometheus: Mapping[str, PrometheusTarget] = field(default_factory=dict)
     xid_overrides: Mapping[int, str] = field(default_factory=dict)  # SIGNALS_XID_OVERRIDES (signal_policy)
@@ -191,7 +193,7 @@ class Settings:
                 out[f.name] = "(set)" if value else "(not set)"
             elif f.name == "teams":
                 out[f.name] = {t.name: t.describe() for t in value}
-            elif f.name in ("pool_requests", "remediation", "migration", "drain"):
+            elif f.name in ("pool_requests", "remediation", "migration", "drain", "retention"):
                 out[f.name] = _describe_policy(value)
             elif f.name == "signals_prometheus":
                 out[f.name] = {t.cluster_id: t.endpoint for t in value.values()}
@@ -345,6 +347,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         remediation=remediation_policy.RemediationPolicy.from_env(env),
         migration=migration_policy.MigrationPolicy.from_env(env),
         drain=DrainSettings.from_env(env),
+        retention=RetentionPolicy.from_env(env),
         signals_prometheus=signals_prometheus,
         xid_overrides=xid_overrides,
     )

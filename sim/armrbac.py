@@ -178,11 +178,19 @@ def route_scope(route: str, path: str) -> str:
 
 # --------------------------------------------------------------------------- Azure RBAC for Kubernetes
 # A cluster with Azure RBAC for Kubernetes authorization (aadProfile.enableAzureRBAC) also asks Azure,
-# through the AKS authorization webhook (Azure/kubeguard, guard authz providers/azure:
-# checkaccessreqhelper.go), whether the caller holds the request's *data action*:
-# Microsoft.ContainerService/managedClusters/<group>/<resource>/<read|write|delete>, over the cluster, or
-# over `<cluster id>/namespaces/<namespace>` for a namespaced request. Kubernetes RBAC stays in force
-# next to it: either one allowing is enough (the authorizer union). What the app holds comes from
+# through the AKS authorization webhook (kubeguard/guard, authz/providers/azure/rbac/checkaccessreqhelper.go
+# getDataActions, getResourceAndAction, getActionName), whether the caller holds the request's *data
+# action*: Microsoft.ContainerService/managedClusters/<group>/<resource>/<read|write|delete>, over the
+# cluster, or over `<cluster id>/namespaces/<namespace>` for a namespaced request (getScope). The
+# sub-resource is dropped (pods/exec alone maps to pods/exec/action), so there is no eviction data action:
+# an eviction (pods/eviction create) is checked as pods/write, the data action of a pod create.
+# Kubernetes RBAC stays in force next to it for Entra identities: "AKS authorizes the request using one
+# (or both) of two models" (learn.microsoft.com/azure/aks/concepts-identity), "You can use both models on
+# the same cluster" (.../aks/concepts-cluster-authorization). Modelled as kube-apiserver's authorizer
+# union with RBAC ahead of the webhook, so either one allowing is enough (sim/rbac.py authorize). guard
+# answers a denial with ``Denied: true`` (checkaccessreqhelper.go ConvertCheckAccessResponse), which ends
+# a union at the webhook; AKS does not publish its --authorization-mode order, and the union is what its
+# documentation describes (docs/fidelity.md). What the app holds comes from
 # infra/app/kubernetes-role.bicep (``dataActions`` assigned on the cluster, ``namespaceDataActions`` on
 # the app's namespace only: app/cluster-access.bicep), minus ``fleet.revoked_arm_actions``.
 
@@ -214,7 +222,8 @@ def kubernetes_roles() -> tuple[Role, Role, str]:
 
 def kubernetes_data_action(group: str, resource: str, subresource: str, verb: str) -> str:
     """The data action the AKS webhook checks for a Kubernetes request: the group (none for core), the
-    resource without its subresource (pods/exec excepted), the verb folded to read/write/delete."""
+    resource without its subresource (pods/exec excepted: an eviction is ``pods/write``, like a pod
+    create), the verb folded to read/write/delete (guard checkaccessreqhelper.go getResourceAndAction)."""
     if resource == "pods" and subresource == "exec":
         tail = "pods/exec/action"
     else:

@@ -70,7 +70,8 @@ class ControlApi:
                                                      "/_sim/faults", "/_sim/quota", "/_sim/capacity",
                                                      "/_sim/workloads", "/_sim/advance", "/_sim/token",
                                                      "/_sim/lock", "/_sim/spot-evict", "/_sim/rbac",
-                                                     "/_sim/kubelet", "/_sim/resource-health", "/_sim/dcgm"]})
+                                                     "/_sim/kubelet", "/_sim/resource-health", "/_sim/dcgm",
+                                                     "/_sim/gpus"]})
         if key == ("GET", "/oracles"):
             report = fleet.oracles.report()
             faults = getattr(fleet, "faults", None)
@@ -193,6 +194,13 @@ class ControlApi:
                 return _err(503, "sim.dcgm is not available")
             answer: Response = dcgm.control(method, sub, body)
             return answer
+        if sub.startswith("/gpus/"):
+            # GPUs a node's device plugin does not (or no longer) advertise (sim/gpu_faults.py)
+            from sim import gpu_faults
+
+            gpu_answer = gpu_faults.control(_cluster, fleet, method, sub, body)
+            if gpu_answer is not None:
+                return gpu_answer
         if key == ("POST", "/token"):
             audience = str((body or {}).get("audience", ""))
             if fleet.tokens.normalise_audience(audience) not in {fleet.tokens.normalise_audience(a)

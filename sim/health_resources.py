@@ -4,7 +4,8 @@ Source: "Azure Resource Notifications - Health Resources events in Azure Event G
 (https://learn.microsoft.com/azure/event-grid/event-schema-health-resources; MicrosoftDocs/azure-docs
 articles/event-grid/event-schema-health-resources.md) and, for the annotation names with their
 context and category, "Resource Health virtual machine Health Annotations"
-(articles/service-health/resource-health-vm-annotation.md).
+(MicrosoftDocs/azure-monitor-docs articles/service-health/resource-health-vm-annotation.md, ms.date 03/18/2026:
+every annotation of its table is in :data:`PAGE`).
 
 Schema choice: the page documents both the CloudEvents 1.0 and the Event Grid event schema for this
 topic. The app's Event Grid trigger takes ``func.CloudEvent`` (functions/remediation.py), so its
@@ -45,32 +46,86 @@ ANNOTATION_API_VERSION = "2022-08-01"
 PLATFORM, CUSTOMER, VM = "Platform Initiated", "Customer Initiated", "VM Initiated"
 PLANNED, UNPLANNED, NOT_APPLICABLE = "Planned", "Unplanned", "Not Applicable"
 
-#: The scenario annotations: (reason written by the simulator, summary quoted from the docs, context, category).
-ANNOTATIONS: dict[str, tuple[str, str, str, str]] = {
+#: The page's table of annotations (ms.date 03/18/2026; MicrosoftDocs/azure-monitor-docs
+#: articles/service-health/resource-health-vm-annotation.md): name -> (Context, Category, ImpactType), spelled as the
+#: page's Overview lists the values (the table itself writes "Platform initiated" and "Not Applicaple" on later rows).
+PAGE: dict[str, tuple[str, str, str]] = {
+    "PossiblyDegradedDueToHardwareFailureWithRedeployDeadline": (PLATFORM, UNPLANNED, "Degraded"),
+    "VirtualMachineRestarted": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineCrashed": (VM, NOT_APPLICABLE, "Downtime Reboot"),
+    "VirtualMachineStorageOffline": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+    "VirtualMachineFailedToSecureBoot": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "LiveMigrationSucceeded": (PLATFORM, UNPLANNED, "Downtime Freeze"),
+    "LiveMigrationFailure": (PLATFORM, UNPLANNED, "Downtime Freeze"),
+    "VirtualMachineAllocated": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineDeallocationInitiated": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineHostCrashed": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+    "VirtualMachineMigrationInitiatedForPlannedMaintenance": (PLATFORM, PLANNED, "Downtime Reboot"),
+    "VirtualMachineRebootInitiatedForPlannedMaintenance": (PLATFORM, PLANNED, "Downtime Reboot"),
+    "VirtualMachineHostRebootedForRepair": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+    "VirtualMachineMigrationInitiatedForRepair": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+    "VirtualMachinePlannedFreezeStarted": (PLATFORM, PLANNED, "Informational"),
+    "VirtualMachinePlannedFreezeSucceeded": (PLATFORM, PLANNED, "Downtime Freeze"),
+    "VirtualMachinePlannedFreezeFailed": (PLATFORM, PLANNED, "Downtime Freeze"),
+    "VirtualMachineRedeployInitiatedByControlPlaneDueToPlannedMaintenance": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineMigrationScheduledForDegradedHardware": (PLATFORM, UNPLANNED, "Degraded"),
+    "VirtualMachinePossiblyDegradedDueToHardwareFailure": (PLATFORM, UNPLANNED, "Degraded"),
+    "VirtualMachineScheduledForServiceHealing": (PLATFORM, UNPLANNED, "Degraded"),
+    "VirtualMachinePreempted": (PLATFORM, UNPLANNED, "Informational"),
+    "VirtualMachineRebootInitiatedByControlPlane": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineRedeployInitiatedByControlPlane": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineSizeChanged": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineConfigurationUpdated": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineStartInitiatedByControlPlane": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineStopInitiatedByControlPlane": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineStoppedInternally": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineProvisioningTimedOut": (PLATFORM, UNPLANNED, "Informational"),
+    "AccelnetUnhealthy": (PLATFORM, UNPLANNED, "Degraded"),
+    "VirtualMachineMigratedDueToHardwareFailure": (PLATFORM, UNPLANNED, "Informational"),
+    **{f"VirtualMachinePossiblyDegradedDueToHardwareFailure{v}": (PLATFORM, UNPLANNED, "Degraded")
+       for v in ("LiveMigrationEligible", "LiveMigrationNotEligible", "WithRedeployDeadline",
+                 "WithRedeployDeadlineLiveMigrationEligible", "WithRedeployDeadlineLiveMigrationNotEligible")},
+    **{f"{base}{v}": (PLATFORM, UNPLANNED, "Degraded")
+       for base in ("VirtualMachineScheduledForServiceHealing", "VirtualMachineMigrationScheduledForDegradedHardware")
+       for v in ("LiveMigrationEligible", "LiveMigrationNotEligible")},
+    "VirtualMachineStopInitiatedByControlPlaneTrackingId": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineFailedSecureKeyRelease": (CUSTOMER, NOT_APPLICABLE, "Informational"),
+    "VirtualMachineScheduledForMigrationWithGracePeriod": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+    "NetworkUnhealthy": (PLATFORM, UNPLANNED, "Downtime Reboot"),
+}
+
+#: The scenario annotations' texts: (reason written by the simulator, summary quoted from the docs).
+_TEXTS: dict[str, tuple[str, str]] = {
     "VirtualMachinePossiblyDegradedDueToHardwareFailure": (
         "Degraded host hardware",
         "The Virtual Machine is experiencing an imminent risk to its availability as it is running on a host server "
-        "with a degraded hardware component that will fail soon.", PLATFORM, UNPLANNED),
+        "with a degraded hardware component that will fail soon."),
     "VirtualMachineHostRebootedForRepair": (
         "Host rebooted for repair",
         "The Virtual Machine is undergoing a reboot due to the underlying host server experiencing unexpected "
-        "failures. While the Virtual Machine is rebooting, the local data remains unaffected.", PLATFORM, UNPLANNED),
+        "failures. While the Virtual Machine is rebooting, the local data remains unaffected."),
     "VirtualMachineRebootInitiatedForPlannedMaintenance": (
         "Planned maintenance reboot",
         "The Virtual Machine is undergoing a reboot as part of routine maintenance workflows orchestrated by the "
-        "platform. No other action is required at this time.", PLATFORM, PLANNED),
+        "platform. No other action is required at this time."),
     "VirtualMachineHostCrashed": (
         "Host crashed",
         "The Virtual Machine has unexpectedly crashed due to the underlying host server experiencing a software "
-        "failure or due to a failed hardware component.", PLATFORM, UNPLANNED),
+        "failure or due to a failed hardware component."),
     "VirtualMachineDeallocationInitiated": (
         "Stopping and deallocating",
-        "This virtual machine is stopped and deallocated as requested by an authorized user or process.",
-        CUSTOMER, NOT_APPLICABLE),
+        "This virtual machine is stopped and deallocated as requested by an authorized user or process."),
     "VirtualMachineRestarted": (
         "Restarted by a user",
         "The Virtual Machine is undergoing a reboot as requested by a restart action triggered by an authorized "
-        "user or process from within the Virtual Machine.", CUSTOMER, NOT_APPLICABLE),
+        "user or process from within the Virtual Machine."),
+}
+
+#: Every page annotation: (reason, summary, context, category). Outside the scenarios' six, the reason and
+#: summary are the simulator's own words (free text the app never reads).
+ANNOTATIONS: dict[str, tuple[str, str, str, str]] = {
+    name: (*_TEXTS.get(name, (name, f"Resource Health annotation {name} ({impact}).")), context, category)
+    for name, (context, category, impact) in PAGE.items()
 }
 
 _VMSS_VM = re.compile(r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/[^/]+/providers/Microsoft\.Compute/"
@@ -145,8 +200,8 @@ def availability_changed(target_id: str, *, state: str, previous: str, at: float
 def resource_annotated(target_id: str, *, annotation: str, at: float, ids: Callable[[], str] = _uuid,
                        reason: str | None = None, summary: str | None = None, context: str | None = None,
                        category: str | None = None) -> dict[str, Any]:
-    """A ResourceAnnotated CloudEvent. Known annotations fill their texts from :data:`ANNOTATIONS`; any
-    other name (a forged or future one) needs every text given explicitly."""
+    """A ResourceAnnotated CloudEvent. The page's annotations fill their texts from :data:`ANNOTATIONS` (their
+    ``context`` and ``category`` the page's); any other name (a forged or future one) needs every text given."""
     known = ANNOTATIONS.get(annotation)
     if known is None and None in (reason, summary, context, category):
         raise ValueError(f"{annotation!r} is not a scenario annotation: give reason, summary, context and category")
@@ -194,9 +249,18 @@ def host_failure(target_id: str, *, at: float, ids: Callable[[], str] = _uuid) -
             resource_annotated(target_id, annotation="VirtualMachineHostCrashed", at=at, ids=ids)]
 
 
+def customer_restart(target_id: str, *, at: float, down_s: float = 120.0,
+                     ids: Callable[[], str] = _uuid) -> list[dict[str, Any]]:
+    """An authorized user restarts the VM (Customer Initiated): the reason first, down briefly, back."""
+    return [resource_annotated(target_id, annotation="VirtualMachineRestarted", at=at, ids=ids),
+            availability_changed(target_id, state="Unavailable", previous="Available", at=at, ids=ids),
+            availability_changed(target_id, state="Available", previous="Unavailable", at=at + down_s, ids=ids)]
+
+
 SCENARIOS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "degraded-host": degraded_host,
     "reboot-for-repair": reboot_for_repair,
     "planned-maintenance": planned_maintenance,
     "host-failure": host_failure,
+    "customer-restart": customer_restart,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from sim import gpu_faults
 from sim.nodes import NPD_BASE_CONDITIONS, NPD_GPU_CONDITIONS, NPD_GPU_REASONS, node_condition
 from sim.objects import Node, Pool, base36, iso
 from sim.sizes import size_info
@@ -371,8 +372,9 @@ class Machines:
                 res[f"nvidia.com/mig-{suffix}"] = str(gpus * per_gpu)
         else:
             res["nvidia.com/gpu"] = str(gpus)
-        status["capacity"].update(res)
-        status["allocatable"].update(res)
+        capacity, allocatable = gpu_faults.shape(gpu, res)  # a GPU off the bus, a node that never shows them all
+        status["capacity"].update(capacity)
+        status["allocatable"].update(allocatable)
 
     def _device_plugin_covers(self, node: Node) -> bool:
         return any("nvidia-device-plugin" in ds.name and self._ds_wants(ds, node)

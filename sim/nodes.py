@@ -116,6 +116,9 @@ class Nodes:
             node.obj["status"]["nodeInfo"]["bootID"] = self.fleet.new_uid()
             self._schedule_ready(node, duration, clear=clear)
             boot = node.boot
+            from sim import gpu_faults  # it imports this module
+
+            gpu_faults.on_repair(self, node, rung, duration)  # self is the Cluster this mixin is part of
             self.fleet.after(duration, lambda: self._npd_start(name, boot))
             self.fleet.oracles.record_repair(self, name, rung)
 

@@ -1,87 +1,142 @@
 """An Azure Monitor workspace's PromQL endpoint holding dcgm-exporter series, for the simulator.
 
-What it models, and from where:
+What it models, and from where (the query language itself: :mod:`sim.promql`):
 
-- **Series**: one per (metric, node, GPU), labelled as dcgm-exporter labels them (``gpu``, ``UUID``,
-  ``pci_bus_id``, ``device``, ``modelName``, the node label, ``DCGM_FI_DRIVER_VERSION`` and the
-  pod mapping's ``container`` / ``namespace`` / ``pod``; NVIDIA/dcgm-exporter README and
-  internal/pkg/rendermetrics/render_metrics.go). The node label is ``Hostname`` unless the scenario
-  relabels it. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID (0 for none), as the exporter's help
-  text says.
-- **API**: ``GET|POST .../api/v1/query`` (form ``query``, optional ``time`` and ``timeout``), the
-  envelope ``{"status","data":{"resultType":"vector","result":[{"metric","value":[ts,"v"]}]}}`` and the
-  error shape ``{"status":"error","errorType","error"}`` with Prometheus' status codes
-  (https://prometheus.io/docs/prometheus/latest/querying/api/; web/api/v1/api.go ``respondError``).
-- **PromQL subset**, exactly what the app sends (``signal_policy.dcgm_query``) and nothing else:
-  a vector selector ``name{l="v", l=~"re", l!="v", l!~"re"}`` (regexes fully anchored, as in
-  Prometheus), optionally inside ``max|min|sum|count`` with ``by (labels)`` before or after the
-  parenthesis. Anything else is a parse error: 400 ``bad_data``, like the real server. The Azure
-  Monitor rule "one ``__name__`` matcher per query" (prometheus-api-promql.md, API limitations) is
-  enforced the same way; Azure's exact error text for it is not documented, the 400 is modelled.
-- **Auth**: a bearer token for ``https://prometheus.monitor.azure.com`` (verified by the simulator's
-  token issuer when one is given, otherwise any non-empty token): 401 without one.
-- **Faults** (switches on :class:`PrometheusModel`): ``outage`` (503 unavailable), ``query_timeout``
-  (503 timeout), ``throttle_retry_after`` (429 + Retry-After), ``slow_s`` (answer late),
-  ``warning`` (a success that says it is partial, as a server that could not reach all its data does).
+- **The GPUs' truth.** Each GPU keeps every error counter the fleet can break
+  (``ERROR_COUNTERS``) with its history; ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID (0 for
+  none), as the exporter's help text says (NVIDIA/dcgm-exporter ``etc/default-counters.csv``).
+- **What reaches the workspace depends on the node's exporter** (:class:`ExporterShape`):
 
-Served by the simulator through :mod:`sim.dcgm`, which keeps these series in step with the simulated
-nodes (``/prometheus/<workspace>/api/v1/query``). Series of a cluster carry the ``cluster`` label
-(the label the Azure Monitor metrics addon adds to what it scrapes) when added with ``cluster=``.
+  - ``managed``: AKS's managed exporter, a systemd unit on the node started with
+    ``-f /etc/dcgm-exporter/default-counters.csv`` (Azure/AgentBaker
+    ``parts/linux/cloud-init/artifacts/cse_config.sh``). Of the error counters only those that file
+    enables are exported (``DEFAULT_CSV_COUNTERS``: ``DCGM_FI_DEV_XID_ERRORS`` and
+    ``DCGM_FI_DEV_ROW_REMAP_FAILURE``; the double-bit ECC totals are commented out and
+    ``DCGM_FI_DEV_ROW_REMAP_PENDING`` is absent). AKS managed Prometheus scrapes it with the
+    ``dcgmexporter`` default target (Azure/prometheus-collector
+    ``otelcollector/configmapparser/default-prom-configs/dcgmExporterDefault.yml``): ``job_name:
+    dcgm-exporter``, only nodes labelled ``kubernetes.azure.com/dcgm-exporter=enabled``, ``instance``
+    set to the node's name, then ``labelkeep: cluster|instance|gpu|job|__name__`` (so ``Hostname``,
+    ``UUID``, ``modelName``, the pod mapping... are dropped). The target's ``honor_labels`` is left at
+    its default, false.
+  - ``custom``: an operator's own dcgm-exporter (a DaemonSet on driver-only pools, the dcgm-exporter
+    Helm chart with a ServiceMonitor), scraped by the operator's own job: the exporter's labels
+    (``Hostname``, ``gpu``, ``UUID``, ``device``, ``modelName``, ``pci_bus_id``,
+    ``DCGM_FI_DRIVER_VERSION``; dcgm-exporter ``internal/pkg/rendermetrics``) plus the target's
+    (``job``, ``instance`` = pod IP:port, ``namespace``, ``pod``, ``container``, ``endpoint``), with
+    whatever counters its CSV enables.
+- **``cluster``**: the ama-metrics collector upserts ``cluster`` on everything it sends, from
+  ``AZMON_CLUSTER_LABEL``: the cluster's name, or ``cluster_alias`` when the cluster's admin set one
+  in ``ama-metrics-settings-configmap`` (Azure/prometheus-collector
+  ``otelcollector/opentelemetry-collector-builder/collector-config-default.yml`` resource processor;
+  ``otelcollector/shared/configmap/mp/tomlparser-prometheus-collector-settings.go``). Modelled as
+  overriding a series' own ``cluster`` label (not confirmed: docs/fidelity.md).
+- **Tenant series** (:meth:`PrometheusModel.add_scraped`): what a tenant pod's ``/metrics`` becomes
+  after a scrape: target labels attached; on a clash, ``honor_labels: false`` renames the exposed
+  label to ``exported_<name>``, ``true`` keeps the exposed value (prometheus/prometheus
+  ``scrape/scrape.go`` ``mutateSampleLabels``; https://prometheus.io/docs/prometheus/latest/configuration/configuration/#scrape_config).
+- **API**: ``GET|POST .../api/v1/query`` (form ``query``, optional ``time``), the envelope
+  ``{"status","data":{"resultType":"vector","result":[...]}}`` and the error shape
+  ``{"status":"error","errorType","error"}`` (https://prometheus.io/docs/prometheus/latest/querying/api/).
+- **Auth**: a bearer token for ``https://prometheus.monitor.azure.com``; 401 without one.
+- **Faults**: ``outage`` (503), ``query_timeout`` (503 timeout), ``throttle_retry_after`` (429),
+  ``slow_s``, ``warning`` (a success that says it is partial).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
 from sim.http import Request, Response
+from sim.promql import PromQLError, Writer, evaluate, format_value, parse
 from sim.tokens import PROMETHEUS_AUDIENCES
 
-__all__ = ["PROMETHEUS_AUDIENCES", "PrometheusApi", "PrometheusModel", "PromQLError", "format_value", "parse"]
+__all__ = ["PROMETHEUS_AUDIENCES", "ExporterShape", "PrometheusApi", "PrometheusModel", "PromQLError", "evaluate",
+           "format_value", "parse"]
 
 QUERY_PATH = "/api/v1/query"
-AGGREGATIONS = ("max", "min", "sum", "count")
-DEFAULT_NODE_LABEL = "Hostname"
 DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
-ERROR_COUNTERS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-                  "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING")
-_RESET_AT_REBOOT = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING")
+XID = "DCGM_FI_DEV_XID_ERRORS"
+DBE_VOL = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+DBE_AGG = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
+REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+ERROR_COUNTERS = (XID, DBE_VOL, DBE_AGG, REMAP_FAILURE, REMAP_PENDING)
+#: Of ERROR_COUNTERS, those NVIDIA/dcgm-exporter etc/default-counters.csv enables (the managed exporter's file).
+DEFAULT_CSV_COUNTERS = (XID, REMAP_FAILURE)
+_RESET_AT_REBOOT = (XID, DBE_VOL, REMAP_PENDING)
+MANAGED_JOB = "dcgm-exporter"  # dcgmExporterDefault.yml job_name
+MANAGED_LABELKEEP = frozenset({"cluster", "instance", "gpu", "job", "__name__"})
+SCRAPE_INTERVAL_S = 30.0  # ama-metrics-settings-configmap.yaml: dcgmexporter = "30s"
 
 
-class PromQLError(ValueError):
-    """The query is outside the supported subset (answered 400 bad_data)."""
+@dataclass(frozen=True)
+class ExporterShape:
+    """How one node's exporter reaches the workspace: ``managed`` (AKS's) or ``custom`` (an operator's)."""
+
+    kind: str = "managed"
+    counters: tuple[str, ...] = DEFAULT_CSV_COUNTERS
+    job: str = MANAGED_JOB
+    node_label: str = "instance"
+    namespace: str = "gpu-monitoring"
+
+    @classmethod
+    def custom(cls, *, job: str = "gpu-monitoring/dcgm-exporter", node_label: str = "Hostname",
+               namespace: str = "gpu-monitoring", counters: tuple[str, ...] = ERROR_COUNTERS) -> ExporterShape:
+        return cls("custom", tuple(counters), job, node_label, namespace)
 
 
-# --------------------------------------------------------------------------- the series
+MANAGED = ExporterShape()
+
+
 @dataclass
 class Gpu:
     node: str
     index: int
     uuid: str
     model: str = DEFAULT_MODEL
-    pod: tuple[str, str, str] = ("", "", "")  # (namespace, pod, container) of the pod mapping
-    values: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ERROR_COUNTERS, 0.0))
-    cluster: str = ""  # the ``cluster`` label's value ("" : no such label)
+    cluster: str = ""
     storm: int = 0  # failing memory: this many double-bit errors again after every reset (ecc_storm persist=True)
+    history: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def value(self, metric: str) -> float:
+        return self.history[metric][-1][1]
+
+
+def scraped_labels(exposed: Mapping[str, str], target: Mapping[str, str], *, honor: bool) -> dict[str, str]:
+    """A scraped sample's labels: target labels attached, clashes settled by ``honor_labels``
+    (prometheus/prometheus scrape/scrape.go ``mutateSampleLabels``)."""
+    out = {k: v for k, v in exposed.items() if v}
+    for name, value in target.items():
+        if not value:
+            continue
+        if name in out and honor:
+            continue
+        if name in out:
+            out[f"exported_{name}"] = out.pop(name)
+        out[name] = value
+    return out
 
 
 class PrometheusModel:
     """The workspace's data and its fault switches; every method is thread-safe."""
 
-    def __init__(self, *, node_label: str = DEFAULT_NODE_LABEL, driver_version: str = "570.172.08") -> None:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", node_label):
-            raise ValueError(f"{node_label!r} is not a Prometheus label name")
-        self.node_label = node_label
+    def __init__(self, *, now: Callable[[], float] = lambda: 0.0, driver_version: str = "570.172.08",
+                 interval_s: float = SCRAPE_INTERVAL_S) -> None:
+        self.now = now
         self.driver_version = driver_version
+        self.interval_s = interval_s
         self._gpus: dict[tuple[str, str, int], Gpu] = {}  # (cluster, node, index)
+        self._shapes: dict[tuple[str, str], ExporterShape] = {}
+        self._aliases: dict[str, str] = {}  # cluster -> its cluster_alias
+        self._scraped: list[tuple[str, Writer]] = []  # tenant pods' series, with the cluster that sends them
         self._lock = threading.Lock()
         self.outage = False
         self.query_timeout = False
@@ -90,14 +145,24 @@ class PrometheusModel:
         self.warning: str | None = None
         self.queries: list[str] = []
 
-    def add_node(self, node: str, gpus: int = 8, *, model: str = DEFAULT_MODEL, cluster: str = "") -> None:
+    # ------------------------------------------------------------------ nodes and their GPUs
+    def add_node(self, node: str, gpus: int = 8, *, model: str = DEFAULT_MODEL, cluster: str = "",
+                 shape: ExporterShape = MANAGED, since: float | None = None) -> None:
+        """The node's exporter has run since ``since`` (default now): its GPUs' counters start at 0."""
+        at = self.now() if since is None else since
         with self._lock:
+            self._shapes[(cluster, node)] = shape
             for i in range(gpus):
                 uuid = f"GPU-{zlib.crc32(f'{cluster}/{node}'.encode()):08x}-0000-4000-8000-{i:012x}"
-                self._gpus[(cluster, node, i)] = Gpu(node, i, uuid, model, cluster=cluster)
+                self._gpus[(cluster, node, i)] = Gpu(node, i, uuid, model, cluster=cluster,
+                                                     history={m: [(at, 0.0)] for m in ERROR_COUNTERS})
+
+    def set_shape(self, node: str, shape: ExporterShape, *, cluster: str = "") -> None:
+        with self._lock:
+            self._shapes[(cluster, node)] = shape
 
     def nodes(self) -> set[tuple[str, str]]:
-        """(cluster, node) of every node with series."""
+        """(cluster, node) of every node with GPUs."""
         with self._lock:
             return {(c, n) for c, n, _ in self._gpus}
 
@@ -106,41 +171,56 @@ class PrometheusModel:
         with self._lock:
             for key in [k for k in self._gpus if k[:2] == (cluster, node)]:
                 del self._gpus[key]
+            self._shapes.pop((cluster, node), None)
 
     def set(self, node: str, gpu: int, metric: str, value: float, *, cluster: str = "") -> None:
         with self._lock:
-            self._gpu(cluster, node, gpu).values[metric] = float(value)
+            self._write(self._gpu(cluster, node, gpu), metric, float(value))
+
+    def _write(self, g: Gpu, metric: str, value: float, at: float | None = None) -> None:
+        """Record ``value`` from ``at`` (default now) on; a write dated before later ones is superseded by them."""
+        at = self.now() if at is None else at
+        hist = g.history[metric]
+        if hist[-1][0] == at:
+            hist[-1] = (at, value)
+        elif hist[-1][0] < at:
+            hist.append((at, value))
+        else:
+            later = [(t, v) for t, v in hist if t > at]
+            hist[:] = [(t, v) for t, v in hist if t < at] + [(at, value)] + later
+
+    def value(self, node: str, gpu: int, metric: str, *, cluster: str = "") -> float:
+        with self._lock:
+            return self._gpu(cluster, node, gpu).value(metric)
 
     def inject_xid(self, node: str, gpu: int, xid: int, *, cluster: str = "") -> None:
         """The driver logged ``xid`` on that GPU (the gauge keeps the last one)."""
-        self.set(node, gpu, "DCGM_FI_DEV_XID_ERRORS", xid, cluster=cluster)
+        self.set(node, gpu, XID, xid, cluster=cluster)
 
     def ecc_storm(self, node: str, gpu: int, dbe: int = 4, *, cluster: str = "", persist: bool = False) -> None:
-        """Double-bit ECC errors: volatile and lifetime counters grow, a row remap waits for a reset.
-        ``persist``: the memory is failing, so the errors come back after every reset (reboot)."""
+        """Double-bit ECC errors: volatile and lifetime counters grow, a row remap waits for a reset, the
+        driver logs XID 48. ``persist``: failing memory, the errors come back after every reset."""
         with self._lock:
             g = self._gpu(cluster, node, gpu)
             g.storm = dbe if persist else 0
             self._storm(g, dbe)
 
-    @staticmethod
-    def _storm(g: Gpu, dbe: int) -> None:
-        v = g.values
-        v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] += dbe
-        v["DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"] += dbe
-        v["DCGM_FI_DEV_ROW_REMAP_PENDING"] = 1.0
-        v["DCGM_FI_DEV_XID_ERRORS"] = 48.0
+    def _storm(self, g: Gpu, dbe: int, at: float | None = None) -> None:
+        self._write(g, DBE_VOL, g.value(DBE_VOL) + dbe, at)
+        self._write(g, DBE_AGG, g.value(DBE_AGG) + dbe, at)
+        self._write(g, REMAP_PENDING, 1.0, at)
+        self._write(g, XID, 48.0, at)
 
-    def reboot(self, node: str, *, cluster: str = "") -> None:
-        """A reboot reloads the driver: the last XID, volatile counts and pending remaps reset (and a
-        failing memory's errors start again)."""
+    def reboot(self, node: str, *, cluster: str = "", at: float | None = None) -> None:
+        """A reboot (at ``at``, default now) reloads the driver: the last XID, volatile counts and pending
+        remaps reset (and a failing memory's errors start again)."""
         with self._lock:
-            for (c, n, _), gpu in self._gpus.items():
+            for (c, n, _), g in self._gpus.items():
                 if (c, n) == (cluster, node):
                     for metric in _RESET_AT_REBOOT:
-                        gpu.values[metric] = 0.0
-                    if gpu.storm:
-                        self._storm(gpu, gpu.storm)
+                        self._write(g, metric, 0.0, at)
+                    if g.storm:
+                        self._storm(g, g.storm, at)
 
     def _gpu(self, cluster: str, node: str, gpu: int) -> Gpu:
         try:
@@ -148,173 +228,78 @@ class PrometheusModel:
         except KeyError:
             raise KeyError(f"no GPU {gpu} on node {node!r} (add_node first)") from None
 
-    def series(self) -> list[tuple[dict[str, str], float]]:
-        """Every series as (labels, value)."""
-        out = []
+    # ------------------------------------------------------------------ clusters and tenants
+    def set_alias(self, cluster: str, alias: str) -> None:
+        """The cluster admin's ``cluster_alias``: the ``cluster`` label of everything the cluster sends."""
         with self._lock:
-            for gpu in self._gpus.values():
-                namespace, pod, container = gpu.pod
-                base = {"gpu": str(gpu.index), "UUID": gpu.uuid, "pci_bus_id": f"00000000:{gpu.index + 1:02X}:00.0",
-                        "device": f"nvidia{gpu.index}", "modelName": gpu.model, self.node_label: gpu.node,
-                        "DCGM_FI_DRIVER_VERSION": self.driver_version, "container": container,
-                        "namespace": namespace, "pod": pod, **({"cluster": gpu.cluster} if gpu.cluster else {})}
-                for metric, value in gpu.values.items():
-                    out.append(({"__name__": metric, **base}, value))
+            if alias:
+                self._aliases[cluster] = alias
+            else:
+                self._aliases.pop(cluster, None)
+
+    def cluster_value(self, cluster: str) -> str:
+        return self._aliases.get(cluster, cluster)
+
+    def add_scraped(self, cluster: str, *, exposed: Mapping[str, str], target: Mapping[str, str], value: float,
+                    honor: bool = False, drop: tuple[str, ...] = ()) -> dict[str, str]:
+        """A series a tenant pod's scrape produces (see the module docstring); returns its final labels."""
+        labels = scraped_labels(exposed, target, honor=honor)
+        for name in drop:  # the scrape's metric_relabel_configs: labeldrop
+            labels.pop(name, None)
+        with self._lock:
+            if cluster:  # the collector upserts it on everything the cluster sends, whenever it sends it
+                labels["cluster"] = self.cluster_value(cluster)
+            writer = Writer(labels=labels, history=[(self.now(), float(value))], phase=self.interval_s / 2,
+                            interval=self.interval_s)
+            self._scraped.append((cluster, writer))
+        return dict(labels)
+
+    def clear_scraped(self) -> int:
+        with self._lock:
+            n = len(self._scraped)
+            self._scraped.clear()
+            return n
+
+    # ------------------------------------------------------------------ what the workspace holds
+    def _labels(self, g: Gpu, shape: ExporterShape) -> dict[str, str]:
+        if shape.kind == "managed":
+            base = {"instance": g.node, "gpu": str(g.index), "job": shape.job}
+        else:
+            pod_ip = f"10.244.{zlib.crc32(g.node.encode()) % 250}.{g.index % 8 + 10}"
+            base = {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": f"00000000:{g.index + 1:02X}:00.0",
+                    "device": f"nvidia{g.index}", "modelName": g.model, shape.node_label: g.node,
+                    "DCGM_FI_DRIVER_VERSION": self.driver_version, "job": shape.job, "instance": f"{pod_ip}:9400",
+                    "namespace": shape.namespace, "pod": f"dcgm-exporter-{zlib.crc32(g.node.encode()):05x}"[:22],
+                    "container": "exporter", "endpoint": "metrics"}
+        if g.cluster:
+            base["cluster"] = self.cluster_value(g.cluster)
+        return base
+
+    def writers(self) -> list[Writer]:
+        """Every scrape target's series: the nodes' exporters, then the tenants'."""
+        out: list[Writer] = []
+        with self._lock:
+            for (cluster, node, _), g in self._gpus.items():
+                shape = self._shapes.get((cluster, node))
+                if shape is None or shape.kind == "none":
+                    continue
+                base = self._labels(g, shape)
+                for metric in shape.counters:
+                    out.append(Writer(labels={"__name__": metric, **base}, history=list(g.history[metric]),
+                                      interval=self.interval_s))
+            for cluster, w in self._scraped:
+                labels = dict(w.labels)
+                if cluster:  # a cluster_alias set later relabels what the cluster sends from then on
+                    labels["cluster"] = self.cluster_value(cluster)
+                out.append(Writer(labels, list(w.history), w.phase, w.interval))
         return out
 
+    def series(self, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        """Every series' newest value at ``at`` (default: now), as an instant selector sees it."""
+        from sim.promql import Matcher, Query
 
-# --------------------------------------------------------------------------- the PromQL subset
-_TOKEN = re.compile(r"""\s*(?:(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|(?P<op>=~|!~|!=|=|[{}(),])"""
-                    r"""|(?P<name>[A-Za-z_:][A-Za-z0-9_:]*))""")
-
-
-@dataclass(frozen=True)
-class Matcher:
-    label: str
-    op: str
-    value: str
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        have = labels.get(self.label, "")
-        if self.op == "=":
-            return have == self.value
-        if self.op == "!=":
-            return have != self.value
-        hit = re.fullmatch(self.value, have) is not None
-        return hit if self.op == "=~" else not hit
-
-
-@dataclass(frozen=True)
-class Query:
-    matchers: tuple[Matcher, ...]
-    aggregation: str | None = None
-    by: tuple[str, ...] = ()
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out, pos = [], 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise PromQLError(f'1:{pos + 1}: parse error: unexpected character {text[pos:].strip()[:1]!r}')
-        kind = m.lastgroup or ""
-        out.append((kind, m.group(kind)))
-        pos = m.end()
-    return out
-
-
-def _unquote(token: str) -> str:
-    body = token[1:-1]
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.toks = _tokens(text)
-        self.i = 0
-
-    def peek(self) -> tuple[str, str] | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def take(self, kind: str, value: str | None = None) -> str:
-        tok = self.peek()
-        if tok is None or tok[0] != kind or (value is not None and tok[1] != value):
-            got = "end of input" if tok is None else repr(tok[1])
-            raise PromQLError(f"parse error: unexpected {got}, expected {value or kind}")
-        self.i += 1
-        return tok[1]
-
-    def labels(self) -> tuple[str, ...]:
-        self.take("op", "(")
-        names: list[str] = []
-        while self.peek() != ("op", ")"):
-            names.append(self.take("name"))
-            if self.peek() == ("op", ","):
-                self.take("op", ",")
-        self.take("op", ")")
-        return tuple(names)
-
-    def selector(self) -> tuple[Matcher, ...]:
-        matchers: list[Matcher] = []
-        tok = self.peek()
-        if tok is not None and tok[0] == "name":
-            matchers.append(Matcher("__name__", "=", self.take("name")))
-        if self.peek() == ("op", "{"):
-            self.take("op", "{")
-            while self.peek() != ("op", "}"):
-                label = self.take("name")
-                op = self.take("op")
-                if op not in ("=", "!=", "=~", "!~"):
-                    raise PromQLError(f"parse error: unexpected {op!r} in label matching, expected a match operator")
-                value = _unquote(self.take("str"))
-                if op in ("=~", "!~"):
-                    try:
-                        re.compile(value)
-                    except re.error as exc:
-                        raise PromQLError(f"parse error: invalid regular expression {value!r}: {exc}") from None
-                matchers.append(Matcher(label, op, value))
-                if self.peek() == ("op", ","):
-                    self.take("op", ",")
-            self.take("op", "}")
-        if not matchers:
-            raise PromQLError("parse error: unexpected end of input, expected a vector selector")
-        if all(m.matches({}) for m in matchers):
-            raise PromQLError("vector selector must contain at least one non-empty matcher")
-        if sum(1 for m in matchers if m.label == "__name__") != 1:
-            raise PromQLError("a query must be scoped to a metric: exactly one __name__ matcher is supported")
-        return tuple(matchers)
-
-    def query(self) -> Query:
-        tok = self.peek()
-        if tok is not None and tok[0] == "name" and tok[1] in AGGREGATIONS and self.toks[self.i + 1:self.i + 2] in (
-                [("name", "by")], [("op", "(")]):
-            agg = self.take("name")
-            by: tuple[str, ...] = ()
-            if self.peek() == ("name", "by"):
-                self.take("name", "by")
-                by = self.labels()
-            self.take("op", "(")
-            matchers = self.selector()
-            self.take("op", ")")
-            if not by and self.peek() == ("name", "by"):
-                self.take("name", "by")
-                by = self.labels()
-            q = Query(matchers, agg, by)
-        else:
-            q = Query(self.selector())
-        if self.peek() is not None:
-            raise PromQLError(f"parse error: unexpected {self.peek()[1]!r} after the expression")  # type: ignore[index]
-        return q
-
-
-def parse(text: str) -> Query:
-    """Parse the supported subset; PromQLError for everything else (the server's 400 bad_data)."""
-    if not text.strip():
-        raise PromQLError("invalid parameter \"query\": 1:1: parse error: no expression found in input")
-    return _Parser(text).query()
-
-
-def evaluate(query: Query, series: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
-    selected = [(labels, v) for labels, v in series if all(m.matches(labels) for m in query.matchers)]
-    if query.aggregation is None:
-        return selected
-    groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
-    for labels, v in selected:
-        key = tuple((name, labels[name]) for name in query.by if labels.get(name))
-        groups.setdefault(key, []).append(v)
-    fold: dict[str, Callable[[list[float]], float]] = {"max": max, "min": min, "sum": math.fsum,
-                                                      "count": lambda vs: float(len(vs))}
-    return [(dict(key), fold[query.aggregation](vs)) for key, vs in sorted(groups.items())]
-
-
-def format_value(v: float) -> str:
-    """Go's strconv.FormatFloat(v, 'f', -1, 64) as Prometheus renders sample values."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return str(int(v)) if v == int(v) and abs(v) < 1e21 else repr(v)
+        everything = Query((Matcher("__name__", "=~", ".+"),))
+        return evaluate(everything, self.writers(), at=self.now() if at is None else at)
 
 
 # --------------------------------------------------------------------------- the HTTP handler
@@ -373,8 +358,11 @@ class PrometheusApi:
             m.queries.append(text)
         if m.query_timeout:
             return _error(503, "timeout", "query timed out in expression evaluation")
-        result = [{"metric": labels, "value": [round(at, 3), format_value(v)]}
-                  for labels, v in evaluate(query, m.series())]
+        try:
+            answer = evaluate(query, m.writers(), at=at)
+        except PromQLError as exc:  # an evaluation error (two series left with one label set): 422 execution
+            return _error(422, "execution", str(exc))
+        result = [{"metric": labels, "value": [round(at, 3), format_value(v)]} for labels, v in answer]
         payload: dict[str, Any] = {"status": "success", "data": {"resultType": "vector", "result": result}}
         if m.warning:
             payload["warnings"] = [m.warning]

@@ -12,7 +12,9 @@ identity, so the simulated ones do the same, with kube-apiserver's own pieces:
   RoleBindings (plugin/pkg/auth/authorizer/rbac/rbac.go, rule matching in
   pkg/apis/rbac/v1/evaluation_helpers.go), plus the bootstrap roles every authenticated user holds
   (system:discovery, system:basic-user, system:public-info-viewer:
-  plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go);
+  plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go), and on a cluster with Azure RBAC for
+  Kubernetes the AKS webhook after RBAC: the app's data actions from infra/app/kubernetes-role.bicep
+  (sim/armrbac.py), which hold no pod write, so there the evictions too come from the ClusterRole;
 - the 403 it answers (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go
   forbiddenMessage + apierrors.NewForbidden);
 - SelfSubjectAccessReview (pkg/registry/authorization/selfsubjectaccessreview/rest.go) and user
@@ -514,12 +516,20 @@ def revoke(cluster: Any, *, kind: str, name: str, namespace: str = "", group: st
     cluster.touch(obj)
 
 
-def use_azure_rbac(cluster: Any, *, with_cluster_role: bool = False) -> None:
-    """Make ``cluster`` one with Azure RBAC for Kubernetes authorization, deployed as docs/deploy.md
-    says for it: the Azure data roles (sim/armrbac.py) instead of the app's Role and bindings, with only
-    the namespace applied (``with_cluster_role``: the ClusterRole and its binding too, as node
-    auto-provisioning clusters need for the Karpenter kinds)."""
+def use_azure_rbac(cluster: Any, *, with_cluster_role: bool = False, as_deployed: bool = False) -> None:
+    """Make ``cluster`` one with Azure RBAC for Kubernetes authorization (the Azure data roles of
+    sim/armrbac.py decide next to Kubernetes RBAC).
+
+    By default the Azure roles alone (only the namespace applied), so that each data action can be shown
+    to be needed; that cluster refuses the app's evictions, which the Azure role does not grant
+    (infra/app/kubernetes-role.bicep: their data action, pods/write, would also cover pod creates).
+    ``with_cluster_role``: the ClusterRole and its binding kept as well (the evictions, and the Karpenter
+    kinds of node auto-provisioning clusters), the namespaced Role still removed. ``as_deployed``: every
+    manifest kept, as docs/deploy.md step 3 deploys every cluster, Azure RBAC ones included
+    (scripts/apply-kube-rbac.sh applies them all)."""
     cluster.azure_rbac = True
+    if as_deployed:
+        return
     for kind, ns in (("RoleBinding", NAMESPACE_OF_ROLE), ("Role", NAMESPACE_OF_ROLE)):
         cluster.remove(RBAC_KEYS[kind], ns, "gpu-fleet-steward")
     if not with_cluster_role:

@@ -6,8 +6,19 @@ HealthResources system topic delivers when it changes.
   specification/resourcehealth/resource-manager/Microsoft.ResourceHealth/ResourceHealth/AvailabilityStatus.tsp),
   on api-versions :data:`API_VERSIONS`, authorized like every ARM route (sim/armrbac.py: the action
   ``Microsoft.ResourceHealth/availabilityStatuses/read``, 403 ``AuthorizationFailed`` without it), 404 for a
-  VM the scale set does not have. The body is the spec's ``AvailabilityStatus``: ``availabilityState``,
-  ``summary``, ``reasonType``, ``occuredTime`` (the spec's spelling), ``reportedTime``.
+  VM the scale set does not have. The body is the spec's ``AvailabilityStatus`` (``AvailabilityStatusProperties``
+  in .../ResourceHealth/models.tsp; example stable/2025-05-01/examples/AvailabilityStatus_GetByResource.json):
+  ``availabilityState``, ``title``, ``summary``, ``reasonType``, ``occuredTime`` (the spec's spelling),
+  ``reportedTime``, and while the VM is not Available the class of why: ``context`` ("triggered by a customer
+  or the platform": Platform Initiated, Customer Initiated, VM Initiated) and ``category`` (Planned /
+  Unplanned / Not Applicable), as the GetByResource example reports them; ``reasonType`` follows the class
+  (the spec's ReasonTypeValues: Unplanned, Planned, UserInitiated). Back to Available after an Unplanned
+  outage, ``recentlyResolved`` (``unavailableOccuredTime``, ``resolvedTime``, ``unavailableSummary``).
+- **Class** (modelled, not documented as such): the current status carries the Context and Category of the
+  annotation that said why (the page lists each annotation's, and says they appear in Resource Health); a
+  Degraded or Unavailable state that no annotation explained is Platform Initiated / Unplanned (or what
+  the ``state`` injection names). So a degraded host reports Platform Initiated / Unplanned and a customer
+  restart (scenario ``customer-restart``) Customer Initiated / Not Applicable.
 - **State**: one entry per VM (``fleet.vm_health``, lower-cased VM id -> :class:`VmHealth`), Available since
   the VM exists until an injection changes it. A VM that goes (replace, scale-down) goes with its state.
 - **Events**: :func:`inject` plays one of sim/health_resources.py's scenarios on a node's VM: each event
@@ -40,7 +51,10 @@ ROUTE = "vm_availability"
 ROUTE_PATTERN = (r"/providers/microsoft\.compute/virtualmachinescalesets/(?P<vmss>[^/]+)/virtualmachines/(?P<instance>[^/]+)"
                  r"/providers/microsoft\.resourcehealth/availabilitystatuses/current")
 ACTION = "Microsoft.ResourceHealth/availabilityStatuses/read"
-_REASON_TYPES = {"Degraded": "Unplanned", "Unavailable": "Unplanned", "Unknown": "", "Available": ""}
+#: reasonType (the spec's ReasonTypeValues) of a class (context, category).
+_REASON_TYPES = {(hr.PLATFORM, hr.UNPLANNED): "Unplanned", (hr.PLATFORM, hr.PLANNED): "Planned",
+                 (hr.CUSTOMER, hr.NOT_APPLICABLE): "UserInitiated"}
+_DEFAULT_CLASS = (hr.PLATFORM, hr.UNPLANNED)
 
 
 @dataclass
@@ -49,6 +63,9 @@ class VmHealth:
     since: float = 0.0
     summary: str = "There aren't any known Azure platform problems affecting this virtual machine."
     annotation: str = ""
+    context: str = ""
+    category: str = ""
+    resolved: dict[str, str] | None = None  # recentlyResolved, after an Unplanned outage
 
 
 #: What Resource Health shows for a state before any annotation says why (the portal's wording of each
@@ -81,32 +98,47 @@ def current(fleet: Any, vm_id: str) -> VmHealth:
     return _states(fleet).get(vm_id.lower()) or VmHealth()
 
 
-def _apply(fleet: Any, event: dict[str, Any]) -> None:
-    """What the event says happens to the VM's state (an AvailabilityStatusChanged sets it)."""
+def _apply(fleet: Any, event: dict[str, Any], arm_class: tuple[str, str] | None = None) -> None:
+    """What the event says happens to the VM's state (an AvailabilityStatusChanged sets it; an annotation
+    says why, and its context and category become the status's class). ``arm_class``: the class a ``state``
+    injection names for ARM (the event itself carries none)."""
     props = event["data"]["resourceInfo"]["properties"]
     vm = str(props["targetResourceId"]).lower()
     entry = _states(fleet).setdefault(vm, VmHealth(since=fleet.now()))
     if event["type"] == hr.AVAILABILITY_CHANGED:
+        was, was_class, was_since, was_summary = entry.state, (entry.context, entry.category), entry.since, entry.summary
         entry.state = str(props["availabilityState"])
         entry.since = fleet.now()
         if entry.state == "Available":
-            entry.summary, entry.annotation = VmHealth().summary, ""
+            entry.summary, entry.annotation, entry.context, entry.category = VmHealth().summary, "", "", ""
+            if was == "Unavailable" and _REASON_TYPES.get(was_class) == "Unplanned":
+                entry.resolved = {"unavailableOccuredTime": iso(was_since), "resolvedTime": iso(entry.since),
+                                  "unavailableSummary": was_summary}
         else:  # the "no known problems" text of an Available VM no longer holds; the state's own words do
             entry.summary = str(props.get("summary") or _STATE_SUMMARY.get(entry.state, entry.summary))
+            entry.resolved = None
+            if arm_class is not None:
+                entry.context, entry.category = arm_class
+            elif entry.state == "Unknown":  # no signal from the platform: nothing to class
+                entry.context, entry.category = "", ""
+            elif not entry.context:  # no annotation said why (yet)
+                entry.context, entry.category = _DEFAULT_CLASS
     else:
         entry.annotation = str(props["annotationName"])
         entry.summary = str(props.get("summary") or entry.summary)
+        entry.context, entry.category = str(props.get("context") or ""), str(props.get("category") or "")
 
 
 def _ids(fleet: Any) -> Any:
     return lambda: str(uuid.UUID(int=fleet.rng.getrandbits(128), version=4))
 
 
-def _play(fleet: Any, events: list[dict[str, Any]], times: list[float], *, change_state: bool) -> None:
+def _play(fleet: Any, events: list[dict[str, Any]], times: list[float], *, change_state: bool,
+          arm_class: tuple[str, str] | None = None) -> None:
     for event, when in zip(events, times, strict=True):
         def happen(e: dict[str, Any] = event) -> None:
             if change_state:
-                _apply(fleet, e)
+                _apply(fleet, e, arm_class)
             deliver_system_event(fleet, e)
 
         if when <= fleet.now():
@@ -115,11 +147,18 @@ def _play(fleet: Any, events: list[dict[str, Any]], times: list[float], *, chang
             fleet.at(when, happen)
 
 
+def _arm_class(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The class a ``state`` injection names for ARM (``context`` and ``category``), if any."""
+    if body.get("scenario") != "state" or "context" not in body:
+        return None
+    return str(body["context"]), str(body.get("category") or "")
+
+
 def _scenario_events(vm: str, body: dict[str, Any], now: float, ids: Any) -> tuple[list[dict[str, Any]], list[float]]:
     """The events of ``body["scenario"]`` (sim/health_resources.py SCENARIOS), ``state`` or ``annotation``."""
     scenario = str(body.get("scenario") or "")
     if scenario in hr.SCENARIOS:
-        timed = scenario in ("reboot-for-repair", "planned-maintenance") and "down_s" in body
+        timed = scenario in ("reboot-for-repair", "planned-maintenance", "customer-restart") and "down_s" in body
         kwargs = {"down_s": float(body["down_s"])} if timed else {}
         events = hr.SCENARIOS[scenario](vm, at=now, ids=ids, **kwargs)
     elif scenario == "state":
@@ -145,7 +184,7 @@ def inject(fleet: Any, cluster: Any, node_name: str, body: dict[str, Any]) -> di
     """Play a scenario on a node's VM: the state changes and the events are delivered, each at its time."""
     vm = vm_of(cluster, node_name)
     events, times = _scenario_events(vm, body, fleet.now(), _ids(fleet))
-    _play(fleet, events, times, change_state=True)
+    _play(fleet, events, times, change_state=True, arm_class=_arm_class(body))
     return {"vm": vm, "events": [{"id": e["id"], "type": e["type"], "time": e["time"]} for e in events]}
 
 
@@ -173,7 +212,8 @@ def control(fleet: Any, method: str, sub: str, body: Any, cluster_of: Any) -> Re
     if method == "GET" or body.get("scenario") is None:
         vm = vm_of(cluster, str(body["node"]))
         h = current(fleet, vm)
-        return Response.json(200, {"vm": vm, "state": h.state, "since": h.since, "annotation": h.annotation})
+        return Response.json(200, {"vm": vm, "state": h.state, "since": h.since, "annotation": h.annotation,
+                                   "context": h.context, "category": h.category})
     result = inject(fleet, cluster, str(body["node"]), body)
     fleet.settle()
     return Response.json(202, result)
@@ -199,7 +239,12 @@ class ResourceHealthReads:
         body = {
             "id": f"{vm}/providers/Microsoft.ResourceHealth/availabilityStatuses/current",
             "name": "current", "type": "Microsoft.ResourceHealth/AvailabilityStatuses", "location": c.location,
-            "properties": {"availabilityState": h.state, "summary": h.summary, "reasonType": _REASON_TYPES.get(h.state, ""),
+            "properties": {"availabilityState": h.state, "title": h.state, "summary": h.summary,
+                           "reasonType": _REASON_TYPES.get((h.context, h.category), "") if h.state != "Available" else "",
                            "occuredTime": occurred, "reportedTime": iso(self.fleet.now())},
         }
+        if h.state != "Available" and h.context:
+            body["properties"].update({"context": h.context, "category": h.category})
+        if h.state == "Available" and h.resolved:
+            body["properties"]["recentlyResolved"] = dict(h.resolved)
         return Response.json(200, body)

@@ -11,5 +11,9 @@ Modules: :mod:`soak.generate` (seed -> scenario, pure), :mod:`soak.simclock` (th
 the simulator's manual clock), :mod:`soak.crash` (crashes between two steps), :mod:`soak.inprocess`
 (the app in this process, several contexts), :mod:`soak.processes` (real host processes killed at
 random), :mod:`soak.audit` (what the fleet and the ledger look like at the end),
-:mod:`soak.invariants` (pure checks), :mod:`soak.runner` and :mod:`soak.report`.
+:mod:`soak.invariants` (pure checks), :mod:`soak.runner` and :mod:`soak.report`. Layers drawn from RNGs of
+their own on top of a seed, each with its actions and its checks: :mod:`soak.strict` (issue 10,
+:mod:`soak.strict_invariants`), :mod:`soak.signals` (issue 13, :mod:`soak.signal_invariants`) and
+:mod:`soak.forgeries` (issue 18's forged DCGM series, :mod:`soak.forgery_invariants`) and
+:mod:`soak.forged_rows` (issue 19's forged ledger rows, :mod:`soak.forged_row_invariants`).
 """

@@ -38,12 +38,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the stricter faults of issue 10 (soak/strict.py): the scenarios as before them")
     parser.add_argument("--no-signals", action="store_true",
                         help="leave out issue 13's fault signals (soak/signals.py): Resource Health events, DCGM faults")
+    parser.add_argument("--no-forgeries", action="store_true",
+                        help="leave out issue 18's forged DCGM series (soak/forgeries.py): tenant series, a cluster "
+                             "alias, phantom node names")
+    parser.add_argument("--no-forged-rows", action="store_true",
+                        help="leave out issue 19's forged ledger rows (soak/forged_rows.py): remediation rows written "
+                             "straight into the table for healthy nodes")
     parser.add_argument("-v", "--verbose", action="store_true", help="the app's warnings on stderr")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.verbose else logging.CRITICAL, stream=sys.stderr)
 
     mix = Mix(process_every=args.process_every, table_every=args.table_every, strict=not args.no_strict,
-              signals=False if args.no_signals else None)
+              signals=False if args.no_signals else None, forgeries=False if args.no_forgeries else None,
+              forged_rows=False if args.no_forged_rows else None)
     if args.replay is not None:
         seeds = [args.replay]
     else:
@@ -55,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     with shared_azurite(needs_azurite) as azurite:
         if args.replay is not None:
             print(generate(args.replay, short=args.short, process_mode=mix.process_mode(args.replay),
-                           strict=mix.strict, signals=mix.signals).describe())
+                           strict=mix.strict, signals=mix.signals, forgeries=mix.forgeries,
+                           forged_rows=mix.forged_rows).describe())
         jobs = 1 if args.replay is not None else args.jobs
         results = run_seeds(seeds, mix=mix, short=args.short, azurite=azurite, jobs=jobs,
                             wall_budget_s=args.wall_budget)

@@ -13,7 +13,13 @@ would: Resource Health scenarios on a node's VM (``/_sim/resource-health``; the 
 ``node_index``-th of its pool when the action is due, as for a NAP flip), forged HealthResources events
 (``/_sim/resource-health/forged``), DCGM faults on a node's GPU (``/_sim/dcgm/xid``, ``/ecc-storm``) and
 the workspace going down and up again (``/_sim/dcgm/outage``). The node and the events delivered are
-kept in the action's log entry, for the invariants (soak/signal_invariants.py).
+kept in the action's log entry, for the invariants (soak/signal_invariants.py). Issue 18's forged DCGM
+series (:mod:`soak.forgeries`: tenant series, a cluster alias, phantom names) go through
+``/_sim/dcgm/tenant-series`` and ``/cluster-alias``; the nodes they named are kept the same way
+(soak/forgery_invariants.py). Issue 19's forged ledger rows (:mod:`soak.forged_rows`) are written straight
+into the ledger the hosts share (:attr:`ActionRunner.ledger`, set by the driver once it has one), with the
+node's uid and providerID read from the cluster's API; the rows written are kept the same way
+(soak/forged_row_invariants.py).
 """
 
 from __future__ import annotations
@@ -25,9 +31,18 @@ import urllib.request
 from typing import Any
 
 from soak.audit import AKS_SERVER_APP
+from soak.forged_row_invariants import acts_on
+from soak.forged_rows import FORGE_MIGRATION
+from soak.forged_rows import KINDS as FORGED_ROW_KINDS
+from soak.forged_rows import perform as write_forged_rows
+from soak.forged_rows import perform_migration as write_forged_migration
+from soak.forgeries import KINDS as FORGERY_KINDS
+from soak.forgeries import perform as perform_forgery
 from soak.strict import FINALIZER
 
 MAX_TRIES = 8
+#: Actions that put a genuine fault on a node (a forged row prefers a node none of them struck).
+GENUINE_NODE_ACTIONS = frozenset({"resource-health", "dcgm-xid", "dcgm-ecc-storm", "nap-flip"})
 RETRY_S = 2.0
 
 
@@ -41,6 +56,9 @@ class ActionRunner:
                                               for a in sorted(actions, key=lambda a: float(a["at"]))]
         self.log: list[dict[str, Any]] = []
         self._tls: ssl.SSLContext | None = None
+        self.tenant_series: list[dict[str, Any]] = []  # forged series sent (soak.forgeries sends them again)
+        self.ledger: Any = None  # the hosts' shared ledger, where soak.forged_rows writes
+        self._now = start
 
     def next_due(self) -> float | None:
         return min((a["due"] for a in self.pending), default=None)
@@ -48,6 +66,7 @@ class ActionRunner:
     def run_due(self, now: float) -> None:
         for action in [a for a in self.pending if a["due"] <= now]:
             action["tries"] += 1
+            self._now = now
             try:
                 result = self._perform(action)
             except Exception as error:  # an injected fault, a dropped connection: try again shortly
@@ -85,6 +104,15 @@ class ActionRunner:
                                                                          "scenario": action["scenario"]})
             action["events"] = [str(e["id"]) for e in (answer or {}).get("events") or []]
             return f"forged {action['scenario']} for {action['vm']} ({len(action['events'])} event(s))"
+        if kind in FORGERY_KINDS:
+            return perform_forgery(self.sim, action, sent=self.tenant_series)
+        if kind == FORGE_MIGRATION:
+            return write_forged_migration(self.sim, action, ledger=self.ledger, now=self._now)
+        if kind in FORGED_ROW_KINDS:
+            struck = {(str(a.get("cluster")), str(a["node"])) for a in self.log
+                      if a.get("kind") in GENUINE_NODE_ACTIONS and a.get("node") and acts_on(a)}
+            return write_forged_rows(self.sim, action, ledger=self.ledger, read_node=self._node, now=self._now,
+                                     avoid=struck)
         if kind == "dcgm-outage":
             self.sim.control("POST", "/dcgm/outage", {"down": bool(action["down"])})
             return "workspace down" if action["down"] else "workspace back"
@@ -116,6 +144,12 @@ class ActionRunner:
             what = f"ECC storm on {node}"
         action["node"] = node
         return what
+
+    def _node(self, cluster: str, name: str) -> dict[str, Any]:
+        status, node = self._kube(cluster, "GET", f"/api/v1/nodes/{name}")
+        if status != 200 or not node:
+            raise RuntimeError(f"node {cluster}/{name}: {status}")
+        return dict(node)
 
     def _kube(self, cluster: str, method: str, path: str, body: Any = None,
               content_type: str = "application/json") -> tuple[int, Any]:

@@ -19,7 +19,10 @@ from typing import Any
 from shared.kernel.ports import Record
 
 AKS_SERVER_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
-KINDS = ("remediation", "migration", "pool-request")
+#: The records the invariants read: the long jobs, and the DCGM sweep's node rows and the fleet breaker
+#: (soak/forgery_invariants.py: no row for a phantom node, no breaker opened by forged series), and the per-node
+#: rows whose attempts say which remediations admission created (soak/forged_row_invariants.py).
+KINDS = ("remediation", "migration", "pool-request", "dcgm-node", "breaker", "remediation-node")
 
 
 def kube_nodes(sim: Any, cluster: Mapping[str, Any]) -> list[dict[str, Any]]:

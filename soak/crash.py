@@ -72,6 +72,11 @@ class CrashingLedger:
         self._check_alive()
         return self._inner.get(kind, id_)  # type: ignore[no-any-return]
 
+    def scan(self, kind: str, *, states: Sequence[str] | None = None, due_by: float | None = None,
+             older_than: float | None = None, limit: int = 1000) -> list[Record]:
+        self._check_alive()
+        return list(self._inner.scan(kind, states=states, due_by=due_by, older_than=older_than, limit=limit))
+
     def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]:
         self._check_alive()
         return list(self._inner.list(kind, states=states))

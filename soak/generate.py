@@ -14,9 +14,12 @@ fault rules (ARM 429/5xx, failed LROs, QuotaExceeded, AllocationFailed, Kubernet
 dropped connections standing in for timeouts, slow answers, Event Grid duplicates, delays and
 reordering); crashes of the app between two steps; one or two hosts at once.
 
-Two layers add to that, each from an RNG of its own so that every draw here stays as it was:
-:mod:`soak.strict` (issue 10's stricter faults) and :mod:`soak.signals` (issue 13's fault signals:
-Azure Resource Health events, forged ones, DCGM faults and a Prometheus outage).
+Three layers add to that, each from an RNG of its own so that every draw here stays as it was:
+:mod:`soak.strict` (issue 10's stricter faults), :mod:`soak.signals` (issue 13's fault signals:
+Azure Resource Health events, forged ones, DCGM faults and a Prometheus outage) and, where DCGM was
+drawn, :mod:`soak.forgeries` (issue 18's forged DCGM series: tenant series, a cluster alias, phantom names);
+:mod:`soak.forged_rows` (issue 19's forged ledger rows: remediation rows written straight into the table for
+healthy nodes) draws from a fifth.
 """
 
 from __future__ import annotations
@@ -107,6 +110,10 @@ class SoakScenario:
     # series the app reads (SIGNALS_PROMETHEUS is built from the simulator's endpoint when the run starts).
     signal_faults: list[str] = field(default_factory=list)
     dcgm_clusters: list[str] = field(default_factory=list)
+    # Issue 18's forged DCGM series (soak.forgeries, a fourth RNG): what was drawn, for the summary.
+    forgeries: list[str] = field(default_factory=list)
+    # Issue 19's forged ledger rows (soak.forged_rows, a fifth RNG): what was drawn, for the summary.
+    forged_rows: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         clusters = sorted({p.cluster for p in self.pools})
@@ -115,9 +122,11 @@ class SoakScenario:
         mode = f", host processes with {len(self.kills)} kill(s)" if self.process_mode else ""
         strict = f"; strict: {', '.join(self.strict_faults)}" if self.strict_faults else ""
         signals = f"; signals: {', '.join(self.signal_faults)}" if self.signal_faults else ""
+        forged = f"; forgeries: {', '.join(self.forgeries)}" if self.forgeries else ""
+        forged += f"; forged rows: {', '.join(self.forged_rows)}" if self.forged_rows else ""
         return (f"seed {self.seed}: {len(clusters)} cluster(s) [{pools}], {len(self.flips)} flip(s), "
                 f"{len(self.flapping)} flapping, {len(self.faults)} fault rule(s), {self.hosts} host(s), "
-                f"{len(self.crashes)} crash(es){mode}{strict}{signals}")
+                f"{len(self.crashes)} crash(es){mode}{strict}{signals}{forged}")
 
 
 def _fault_rules(rng: random.Random, *, clusters: list[str], window: float) -> list[dict[str, Any]]:
@@ -188,7 +197,8 @@ def _workloads(rng: random.Random, pool: PoolPlan) -> list[dict[str, Any]]:
 
 
 def generate(seed: int, *, short: bool = False, process_mode: bool = False, strict: bool = True,
-             signals: bool | None = None) -> SoakScenario:
+             signals: bool | None = None, forgeries: bool | None = None,
+             forged_rows: bool | None = None) -> SoakScenario:
     """The scenario of ``seed``. ``short`` keeps it small enough for the test suite's soak.
 
     ``strict`` adds the stricter faults of :mod:`soak.strict` (terminating namespaces, pods held by
@@ -197,6 +207,10 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
     the scenario as it was before them (the pinned regression seeds run that way).
     ``signals`` (by default: as ``strict``) adds issue 13's fault signals of :mod:`soak.signals`, drawn
     from a third RNG: Resource Health events (real and forged), DCGM faults and a Prometheus outage.
+    ``forgeries`` (by default: as ``signals``) adds issue 18's forged DCGM series of :mod:`soak.forgeries`
+    where DCGM was drawn, from a fourth RNG.
+    ``forged_rows`` (by default: as ``strict``) adds issue 19's forged ledger rows of :mod:`soak.forged_rows`,
+    from a fifth RNG.
     """
     rng = random.Random(seed)
     n_clusters = 1 if short or rng.random() < 0.6 else 2
@@ -321,9 +335,28 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
         signal_layer = add_signal_faults(seed, pools=pools, clusters=clusters, subscription=SUBSCRIPTION, grace=grace,
                                          span=span)
         actions = sorted(actions + signal_layer.actions, key=lambda a: (a["at"], a["kind"]))
+    forgery_layer = None
+    if signal_layer is not None and signal_layer.dcgm_clusters and (
+            (strict if signals is None else signals) if forgeries is None else forgeries):
+        from soak.forgeries import add_dcgm_forgeries
+
+        forgery_layer = add_dcgm_forgeries(seed, pools=pools, dcgm_clusters=signal_layer.dcgm_clusters, grace=grace,
+                                           span=span)
+        actions = sorted(actions + forgery_layer.actions, key=lambda a: (a["at"], a["kind"]))
+    rows_layer = None
+    if strict if forged_rows is None else forged_rows:
+        from soak.forged_rows import add_forged_rows
+
+        rows_layer = add_forged_rows(seed, pools=pools, flips=flips, flapping=flapping, grace=grace, span=span)
+        actions = sorted(actions + rows_layer.actions, key=lambda a: (a["at"], a["kind"]))
     last = max([f["at"] for f in flips] + [f["start"] + f["period_s"] * f["flips"] for f in flapping] + [grace]
                + [a["at"] for a in actions])
     quiet_after = last + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60
+    if signal_layer is not None:  # a genuine DCGM fault is acted on only once its window re-check confirms it
+        from soak.signals import DCGM_CONFIRM_S, GENUINE_DCGM
+
+        dcgm_last = max([a["at"] for a in actions if a["kind"] in GENUINE_DCGM], default=0.0)
+        quiet_after = max(quiet_after, dcgm_last + DCGM_CONFIRM_S + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60)
     sim = {
         "seed": seed,
         "clock": {"manual": not process_mode, "start": CLOCK_START, **({"speed": 10.0} if process_mode else {})},
@@ -346,4 +379,6 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
                         strict_faults=strict_layer.kinds if strict_layer else [],
                         nap_pools=strict_layer.nap_pools if strict_layer else [],
                         signal_faults=signal_layer.kinds if signal_layer else [],
-                        dcgm_clusters=signal_layer.dcgm_clusters if signal_layer else [])
+                        dcgm_clusters=signal_layer.dcgm_clusters if signal_layer else [],
+                        forgeries=forgery_layer.kinds if forgery_layer else [],
+                        forged_rows=rows_layer.kinds if rows_layer else [])

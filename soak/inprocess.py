@@ -286,6 +286,7 @@ class InProcessRun:
         previous = clocks.use(self.clock)
         settings = self._settings()
         self.raw_ledger = self._ledger(settings)
+        self.actions.ledger = self.raw_ledger  # soak.forged_rows writes here, as a table writer would
         feed = self.sim
         self.hosts = [self._new_host(i) for i in range(self.scenario.hosts)]
         wall_end = time.monotonic() + self.wall_budget_s

@@ -69,6 +69,7 @@ class ProcessRun:
                 from soak.actions import ActionRunner
 
                 actions = ActionRunner(scenario.actions, sim=client, start=start)
+                actions.ledger = ledger  # soak.forged_rows writes into the hosts' Azurite table
                 seq = 0
                 for _ in range(scenario.hosts):
                     seq += 1

@@ -33,6 +33,8 @@ class Mix:
     table_every: int = 5  # every N-th in-process seed uses the Azurite table instead of its in-memory twin
     strict: bool = True  # add the stricter faults of soak.strict (False: the scenarios as before issue 10)
     signals: bool | None = None  # add issue 13's fault signals (soak.signals); None: as ``strict``
+    forgeries: bool | None = None  # add issue 18's forged DCGM series (soak.forgeries); None: as ``signals``
+    forged_rows: bool | None = None  # add issue 19's forged ledger rows (soak.forged_rows); None: as ``strict``
 
     def process_mode(self, seed: int) -> bool:
         return self.process_every > 0 and seed % self.process_every == self.process_every - 1
@@ -198,6 +200,20 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
             result.faults[f"strict: {kind}"] += 1
         for kind in scenario.signal_faults:
             result.faults[f"signals: {kind}"] += 1
+        from soak.forgery_invariants import forgery_tally, truth_note
+
+        injected, seen = forgery_tally(evidence)
+        result.faults.update(injected)
+        result.outcomes.update(seen)
+        if truth_note(evidence):
+            result.notes.append(truth_note(evidence))
+        from soak.forged_row_invariants import forged_row_tally, rows_note
+
+        injected, seen = forged_row_tally(evidence)
+        result.faults.update(injected)
+        result.outcomes.update(seen)
+        if rows_note(evidence):
+            result.notes.append(rows_note(evidence))
         for action in evidence.actions:
             result.faults[f"  action {action['kind']}{'' if action.get('ok') else ' (not done)'}"] += 1
         for fired in oracles.get("faults_fired") or []:
@@ -205,8 +221,11 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
         for action in evidence.actions:
             result.notes.append(f"action at t+{float(action['t']) - evidence.start:.0f}s {action['kind']} "
                                 f"{action.get('cluster', '')}: {action.get('result', '')}")
+        from soak.forged_row_invariants import without_forged_rows
+
+        own = without_forged_rows(evidence)  # the forged rows are tallied above, as "forged rows: ..."
         for kind in ("remediation", "migration"):
-            for rec in evidence.records.get(kind, []):
+            for rec in own.records.get(kind, []):
                 result.outcomes[f"{kind} {rec.state}"] += 1
                 where = (f" ({rec.data.get('node')}, rung {_rung_note(rec)})" if kind == "remediation"
                          else f" ({rec.data.get('pool')})")
@@ -232,7 +251,8 @@ def run_seed(seed: int, *, mix: Mix | None = None, short: bool = False, azurite:
     """Generate the scenario of ``seed`` (and its mode from ``mix``) and run it."""
     mix = mix or Mix()
     process = mix.process_mode(seed)
-    scenario = generate(seed, short=short, process_mode=process, strict=mix.strict, signals=mix.signals)
+    scenario = generate(seed, short=short, process_mode=process, strict=mix.strict, signals=mix.signals,
+                        forgeries=mix.forgeries, forged_rows=mix.forged_rows)
     return run_scenario(scenario, azurite=azurite, use_table=mix.use_table(seed), wall_budget_s=wall_budget_s)
 
 

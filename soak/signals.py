@@ -36,6 +36,11 @@ P_DCGM = 0.5
 P_OUTAGE = 0.4  # given DCGM
 
 WORKSPACE = "soak-workspace"
+#: The actions that put a genuine fault on a GPU, and how long after one the app may first act on it: the
+#: exporter's next scrape (30 s) and a window re-check (``windowSeconds``, 90 s by default) whose every sample
+#: shows it. The run lasts that long after the last one (soak.generate), or a fault drawn late is never seen.
+GENUINE_DCGM = frozenset({"dcgm-xid", "dcgm-ecc-storm"})
+DCGM_CONFIRM_S = 30.0 + 90.0
 #: The scenarios of sim/health_resources.py played on a fleet node, with their weights.
 HEALTH_SCENARIOS = (("degraded-host", 4), ("host-failure", 2), ("planned-maintenance", 3), ("reboot-for-repair", 1))
 #: Scenarios whose every event a policy row only records (shared/remediation/signal_policy.py): they never

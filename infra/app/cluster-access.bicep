@@ -1,13 +1,14 @@
 // Grants the app's identity the steward role on one cluster (ARM: agent pools, machines,
 // maintenance configurations, user credentials) and, when the cluster uses Azure RBAC for
 // Kubernetes, the Kubernetes data roles: the cluster-wide one on the cluster, the namespaced one
-// (leases, events, sample Jobs) on the app's own namespace only. Deployed into the cluster's
+// (leases, events, sample Jobs) on the app's own namespace only. They hold no pod write, so the
+// evictions come from the ClusterRole (infra/kubernetes), applied on Azure RBAC clusters too. Deployed into the cluster's
 // resource group. The compute actions (VMSS VM restart / reimage) live in the node resource group:
 // main.bicep grants the same role there with app/resource-group-access.bicep.
 param clusterName string
 param principalId string
 param stewardRoleDefinitionGuid string
-@description('Guid of the cluster-wide Azure RBAC for Kubernetes role; empty when the cluster uses Kubernetes RBAC (apply infra/kubernetes/*.yaml instead).')
+@description('Guid of the cluster-wide Azure RBAC for Kubernetes role; empty when the cluster uses Kubernetes RBAC only. infra/kubernetes/*.yaml is applied on every cluster either way: the ClusterRole alone grants the evictions (app/kubernetes-role.bicep).')
 param kubernetesRoleDefinitionGuid string = ''
 @description('Guid of the Azure RBAC for Kubernetes role for the app\'s own namespace; empty with kubernetesRoleDefinitionGuid.')
 param kubernetesNamespaceRoleDefinitionGuid string = ''

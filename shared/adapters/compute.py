@@ -154,9 +154,18 @@ class ComputeClient:
         body = retry.call(call_arm, read, what=f"availability of {vm_resource_id}", clock=self._clock or clocks.current(),
                           attempts=self._attempts, max_delay=self._max_delay)
         props = (body or {}).get("properties") or {}
-        return AvailabilityView(state=str(props.get("availabilityState") or "Unknown"), summary=str(props.get("summary") or ""),
-                                reason_type=str(props.get("reasonType") or ""),
-                                occurred=str(props.get("occuredTime") or props.get("occurredTime") or ""))
+
+        def text(name: str) -> str:
+            value = props.get(name)
+            return value.strip() if isinstance(value, str) else ""
+
+        # AvailabilityStatusProperties (models.tsp): the class of the current state is ``context`` / ``category``
+        # (and ``healthEventCause`` / ``healthEventCategory`` for an availability impacting event).
+        return AvailabilityView(state=text("availabilityState") or "Unknown", summary=text("summary"),
+                                reason_type=text("reasonType"), occurred=text("occuredTime") or text("occurredTime"),
+                                context=text("context"), category=text("category"),
+                                health_event_cause=text("healthEventCause"),
+                                health_event_category=text("healthEventCategory"), title=text("title"))
 
     @requires_arm("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/reimage/action")
     def begin_reimage(self, vm_resource_id: str, *, cluster_id: str | None = None) -> None:

@@ -137,6 +137,28 @@ def from_entity(entity: Mapping[str, Any], etag: str) -> Record:
     )
 
 
+def query_filter(kind: str, *, states: Sequence[str] | None = None, due_by: float | None = None,
+                 older_than: float | None = None) -> tuple[str, dict[str, Any]]:
+    """The OData filter (and its parameters) of LedgerPort.list / scan: the partition, then the states,
+    then due (``next_at`` and ``lease_until`` at or before ``due_by``), then old (``created_at`` and
+    ``updated_at`` before ``older_than``). Every timestamp column is an Edm.Double (:func:`to_entity`)."""
+    parameters: dict[str, Any] = {"pk": encode_key(kind)}
+    query = "PartitionKey eq @pk"
+    if states:
+        alternatives = []
+        for i, state in enumerate(dict.fromkeys(states)):
+            parameters[f"s{i}"] = state
+            alternatives.append(f"state eq @s{i}")
+        query += " and ( " + " or ".join(alternatives) + " )"  # the SDK substitutes @names between spaces
+    if due_by is not None:
+        parameters["due"] = float(due_by)
+        query += " and next_at le @due and lease_until le @due"
+    if older_than is not None:
+        parameters["old"] = float(older_than)
+        query += " and created_at lt @old and updated_at lt @old"
+    return query, parameters
+
+
 # --------------------------------------------------------------------------- Azure Table storage
 
 _ensured: set[tuple[str, str]] = set()
@@ -224,17 +246,30 @@ class TableLedger:
             return None
         return from_entity(entity, str(entity.metadata["etag"]))
 
+    def scan(self, kind: str, *, states: Sequence[str] | None = None, due_by: float | None = None,
+             older_than: float | None = None, limit: int = 1000) -> list[Record]:
+        """LedgerPort.scan: the filter runs in the table service; pages are read only until ``limit`` rows."""
+        if limit <= 0 or (states is not None and not states):
+            return []
+        query, parameters = query_filter(kind, states=states, due_by=due_by, older_than=older_than)
+
+        def fetch() -> list[Record]:
+            found: list[Record] = []
+            pages = self._table.query_entities(query, parameters=parameters,
+                                               results_per_page=min(limit, 1000)).by_page()
+            for page in pages:
+                for entity in page:
+                    found.append(from_entity(entity, str(entity.metadata["etag"])))
+                    if len(found) >= limit:
+                        return found
+            return found
+
+        return self._read(fetch, what=f"scan {kind}")
+
     def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]:
         if states is not None and not states:
             return []
-        parameters: dict[str, Any] = {"pk": encode_key(kind)}
-        query = "PartitionKey eq @pk"
-        if states:
-            alternatives = []
-            for i, state in enumerate(dict.fromkeys(states)):
-                parameters[f"s{i}"] = state
-                alternatives.append(f"state eq @s{i}")
-            query += " and ( " + " or ".join(alternatives) + " )"  # the SDK substitutes @names between spaces
+        query, parameters = query_filter(kind, states=states)
 
         def fetch() -> list[Record]:
             entities: Iterator[Any] = self._table.query_entities(query, parameters=parameters, results_per_page=1000)

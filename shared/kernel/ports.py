@@ -308,16 +308,27 @@ class AksPort(Protocol):
 
 
 class AvailabilityView(msgspec.Struct, frozen=True):
-    """A VM's current availability as Azure Resource Health reports it (``availabilityStatuses/current``).
+    """A VM's current availability as Azure Resource Health reports it (``availabilityStatuses/current``,
+    the spec's ``AvailabilityStatusProperties``: azure-rest-api-specs specification/resourcehealth/
+    resource-manager/Microsoft.ResourceHealth/ResourceHealth/models.tsp).
 
     ``state`` is ``availabilityState``: Available, Degraded, Unavailable or Unknown. ``occurred`` is the
-    spec's ``occuredTime`` (sic) as sent: when the state began. ``summary`` and ``reason_type`` are
-    free text, for the report only (never decided on)."""
+    spec's ``occuredTime`` (sic) as sent: when the state began. The class of what made it so, as ARM
+    reports it: ``context`` ("triggered by a customer or the platform", e.g. ``Platform Initiated``),
+    ``category`` (``Planned`` / ``Unplanned`` when the context is the platform), ``reason_type``
+    (``Unplanned``, ``Planned``, ``UserInitiated``), and for an availability impacting event
+    ``health_event_cause`` / ``health_event_category`` (``PlatformInitiated``, ``Unplanned``);
+    empty when ARM sent none. ``summary`` and ``title`` are free text, for the report only (never decided on)."""
 
     state: str
     summary: str = ""
     reason_type: str = ""
     occurred: str = ""
+    context: str = ""
+    category: str = ""
+    health_event_cause: str = ""
+    health_event_category: str = ""
+    title: str = ""
 
 
 class ComputePort(Protocol):
@@ -418,6 +429,14 @@ class LedgerPort(Protocol):
         """Insert; raises Conflict if a record with this kind and id exists. Returns it with its ETag."""
 
     def get(self, kind: str, id_: str) -> Record | None: ...
+    def scan(self, kind: str, *, states: Sequence[str] | None = None, due_by: float | None = None,
+             older_than: float | None = None, limit: int = 1000) -> list[Record]:
+        """At most ``limit`` records of ``kind``, in key order, filtered by the store, never the whole kind:
+        ``state`` one of ``states``; ``next_at`` and ``lease_until`` at or before ``due_by`` (due, and
+        claimed by no one); ``created_at`` and ``updated_at`` before ``older_than``
+        (shared.kernel.retention.matches is the same filter, for ledgers that keep rows in memory).
+        Declared before ``list``: below it, ``list`` in this class body names the method, not the type."""
+
     def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]: ...
     def save(self, record: Record) -> Record:
         """Replace if the stored ETag still equals ``record.etag``; raises Conflict otherwise."""

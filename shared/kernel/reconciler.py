@@ -29,6 +29,13 @@ step of at most a fifth of the wait so that records due together share a wake-up
 nudge queue with that visibility timeout. So the pace of the work does not depend on the timer,
 which is only a safety net (``RECONCILE_SCHEDULE``, every 5 minutes by default). A failed nudge is
 logged and counted, never fatal: the step is already saved, and the timer will find the record.
+
+The reconciler's reads stay bounded however large the ledger grows (issue 19): per kind it asks the
+store only for rows in an active state that are due and claimed by no one
+(:meth:`~shared.kernel.ports.LedgerPort.scan`, filtered in the table service), at most
+:data:`MAX_DUE_PER_KIND` of them per invocation. Finished rows are never read here (and expire:
+shared.kernel.retention); a kind flooded with due rows (a table writer's) cannot hold back another
+kind, and its backlog is worked through over the following invocations.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import msgspec
 from shared.kernel.errors import RETRYABLE, Conflict, Forbidden, Invalid, NotFound, StewardError
 from shared.kernel.nudge import NudgeBook, wake_time
 from shared.kernel.ports import Record
+from shared.kernel.retention import scan
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -63,6 +71,8 @@ GiveUp = Callable[..., Record]  # give_up(record, ctx, *, reason) -> the record 
 #: A released record is woken no sooner than this: a step that makes no progress but is due at once
 #: must not turn the nudge queue into a busy loop (HOLD_S covers the shorter waits in-process).
 MIN_NUDGE_DELAY_S = HOLD_S
+#: The most due rows of one kind read (and stepped) per invocation; the rest are due again next time.
+MAX_DUE_PER_KIND = 500
 
 
 @dataclass
@@ -235,7 +245,7 @@ def reconcile_once(ctx: Context, *, modules: Mapping[str, ModuleType]) -> Reconc
         active = frozenset(module.ACTIVE_STATES)
         now = ctx.clock.now()
         try:
-            records = ctx.ledger.list(kind, states=sorted(active))
+            records = scan(ctx.ledger, kind, states=sorted(active), due_by=now, limit=MAX_DUE_PER_KIND)
         except RETRYABLE as exc:
             report.errors.append(f"listing {kind}: {exc}")
             continue

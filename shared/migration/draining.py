@@ -1,8 +1,11 @@
 """Cordoning the old pool and draining it, a batch of nodes at a time, through the Eviction API.
 
 ``cordoning`` freezes the old pool's autoscaler (so it neither adds nodes for evicted pods nor
-fights the deletions) and cordons its nodes, marking each with :data:`MIGRATION_ANNOTATION` so a
-rollback uncordons only what this migration cordoned. ``draining`` then runs in phases: ``drain``
+fights the deletions) and cordons its nodes, marking each with :data:`MIGRATION_ANNOTATION` (the
+record id): only a node carrying the marker is evicted from or has its machine deleted, and the old
+pool is deleted only once every node of it carries it (shared.migration.proofs: nothing on the
+row's word). Before the first node is marked, what ``validating`` proved is proved again from the
+world, since a row may have been written straight into a later state. ``draining`` then runs in phases: ``drain``
 takes the next batch and drains it with the one drain runner (:mod:`shared.drain.runner`); with the
 rolling strategy, ``shrink`` deletes the drained batch's machines from the old pool and ``grow``
 (shared.migration.replacement) adds a batch to the replacement.
@@ -34,6 +37,15 @@ from shared.kernel.ports import KubePort, NodeView, PodView, Record
 from shared.kernel.steps import Publication, Transition
 from shared.migration.checks import pool_refusal
 from shared.migration.policy import MigrationPolicy
+from shared.migration.proofs import (
+    MIGRATION_ANNOTATION,
+    entry_refusal,
+    not_held,
+    not_machines,
+    not_serving,
+    ours,
+    replacement_now,
+)
 from shared.migration.reads import closed_window, etag, pool_nodes, read_again, workload_pods
 from shared.migration.records import AutoscalerBounds, MigrationData, MigrationState, Phase, Strategy, progress, read
 from shared.migration.transitions import blocked, changed, moved, publication, wait
@@ -41,7 +53,6 @@ from shared.migration.transitions import blocked, changed, moved, publication, w
 if TYPE_CHECKING:
     from shared.kernel.context import Context
 
-MIGRATION_ANNOTATION = "gpu-fleet-steward/migration"  # value: the record id of the migration that cordoned
 DRAINING = MigrationState.DRAINING
 _STOP_LEAD = {TIMED_OUT: "drain stalled past MIGRATION_DRAIN_TIMEOUT_S: ",
               STALLED: "drain stalled on a PodDisruptionBudget (DRAIN_PDB_BLOCKED_TIMEOUT_S): ",
@@ -53,15 +64,36 @@ def node_event(kube: KubePort, node: NodeView | str, record: Record, reason: str
 
 
 def cordon(kube: KubePort, node: NodeView, record: Record, d: MigrationData) -> NodeView:
+    """Cordon ``node`` with this record's marker; a node someone else cordoned gets the marker too (this
+    migration drains it), and the event says whose cordon it was."""
     patched = kube.patch_node(node.name, {"metadata": {"annotations": {MIGRATION_ANNOTATION: record.id}},
                                           "spec": {"unschedulable": True}})
+    found = " (it was already cordoned by someone else)" if node.unschedulable else ""
     node_event(kube, node, record, "MigrationCordoned",
-               f"cordoned to migrate pool {d.pool} to managed pool {d.replacement}")
+               f"cordoned to migrate pool {d.pool} to managed pool {d.replacement}{found}")
     return patched
 
 
-def ours(node: NodeView, record: Record) -> bool:
-    return node.annotations.get(MIGRATION_ANNOTATION) == record.id
+def take(ctx: Context, record: Record, d: MigrationData, nodes: Sequence[NodeView], *,
+         now: float) -> list[NodeView] | str:
+    """The old pool's ``nodes`` as they are once they carry this record's cordon, or why none is touched:
+    the replacement must exist and serve (and, while no old node carries this record's cordon yet, pass
+    what ``validating`` proves: a row may have been written straight into a later state), and every node
+    to mark must be a machine of the old pool in ARM."""
+    new, missing = replacement_now(ctx, d)
+    kube = ctx.access.kube(d.cluster_id)
+    first = not any(ours(n, record) for n in nodes)
+    unfit = missing or ("" if new is None else entry_refusal(kube, d, new, now=now) if first else not_serving(kube, new))
+    if unfit:
+        return f"{unfit}: no old node is cordoned or drained"
+    # A node the platform is taking away (shared.fleet.node_fate) leaves the migration: never marked; its
+    # machine may already be gone from ARM.
+    to_mark = [n for n in nodes if not (ours(n, record) and n.unschedulable) and not going_away(n)]
+    foreign = not_machines(ctx, d, d.pool, to_mark)
+    if foreign:
+        return f"{foreign}: no old node is cordoned or drained"
+    marked = {n.name for n in to_mark}
+    return bounded_map(lambda n: cordon(kube, n, record, d) if n.name in marked else n, nodes, name="cordon")
 
 
 def step_cordoning(record: Record, ctx: Context, *, now: float, policy: MigrationPolicy) -> Transition:
@@ -75,6 +107,11 @@ def step_cordoning(record: Record, ctx: Context, *, now: float, policy: Migratio
         return blocked(record, now=now, reason=f"the old pool {d.pool} disappeared during the migration")
     if old.provisioning_state != "Succeeded":
         return wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
+    # What validating proved, proved again from the world: a row written straight into cordoning skips it.
+    new, missing = replacement_now(ctx, d)
+    unfit = missing or (entry_refusal(ctx.access.kube(d.cluster_id), d, new, now=now) if new is not None else "")
+    if unfit:
+        return blocked(record, now=now, reason=f"{d.pool} is not cordoned: {unfit}")
     if old.properties.get("enableAutoScaling"):
         # Freeze the old pool's autoscaler so it neither adds nodes for evicted pods nor fights deletions.
         # If-Match: written only over the version just read (and verified by checks.refusal): else 412, look again.
@@ -89,8 +126,10 @@ def step_cordoning(record: Record, ctx: Context, *, now: float, policy: Migratio
                     **changed(d, autoscaler_was=frozen))
     kube = ctx.access.kube(d.cluster_id)
     nodes = pool_nodes(kube, d.pool)
-    seen = bounded_map(lambda n: n if n.unschedulable else cordon(kube, n, record, d), nodes, name="cordon")
-    mine = [node.name for node in seen if ours(node, record)]
+    seen = take(ctx, record, d, nodes, now=now)
+    if isinstance(seen, str):
+        return blocked(record, now=now, reason=seen)
+    mine = [node.name for node in seen if ours(node, record)]  # carrying our marker (someone else's cordon kept)
     after = msgspec.structs.replace(d, cordoned=mine, nodes_total=len(nodes), phase=Phase.DRAIN, batch=[])
     return moved(record, DRAINING, now=now, note=f"cordoned {len(mine)} of {len(nodes)} old nodes",
                  event_note=f"cordoned {len(mine)} old nodes", **changed(after, progress=progress(after)))
@@ -190,31 +229,42 @@ def capacity_ok(ctx: Context, d: MigrationData, batch: Sequence[str], *, old_nod
 
 
 def _next_batch(ctx: Context, record: Record, d: MigrationData, old_nodes: Sequence[NodeView], *, now: float,
-                policy: MigrationPolicy) -> MigrationData | Transition:
-    """The next batch to drain, chosen and checked (the data with it), or what stops the phase instead."""
+                policy: MigrationPolicy) -> tuple[MigrationData, list[NodeView]] | Transition:
+    """The next batch to drain, chosen and checked (the data with it, and the old nodes as they are once
+    they carry this record's cordon), or what stops the phase instead."""
     remaining = [n.name for n in old_nodes if n.name not in d.drained]
     if not remaining:
         return moved(record, MigrationState.DELETING, now=now, note="every old node is drained")
     waiting = closed_window(ctx, record, now=now, policy=policy)
     if waiting is not None:
         return waiting
-    kube = ctx.access.kube(d.cluster_id)
-    cordoned = list(d.cordoned)
-    for node in old_nodes:  # a node that appeared or was uncordoned since: cordon it too
-        if not node.unschedulable:
-            cordon(kube, node, record, d)
-            cordoned.append(node.name)
+    old = ctx.access.aks().get_pool(d.cluster_id, d.pool)
+    if old is not None and old.properties.get("enableAutoScaling"):  # never drained while its autoscaler runs
+        return moved(record, MigrationState.CORDONING, now=now, note=f"{d.pool}'s autoscaler is on: freezing it first")
+    # A node that appeared, was uncordoned or lost our marker since: cordon it too, once the world shows
+    # the replacement serving and the node a machine of the old pool.
+    seen = take(ctx, record, d, old_nodes, now=now)
+    if isinstance(seen, str):
+        return blocked(record, now=now, reason=seen)
+    cordoned = sorted(set(d.cordoned) | {n.name for n in seen if ours(n, record)})
     batch = remaining[: d.batch_size]
     ok, why = capacity_ok(ctx, d, batch, old_nodes=old_nodes, policy=policy)
     if not ok:
-        return wait(record, now=now, until=now + policy.poll_interval_s, why=why)
+        return wait(record, now=now, until=now + policy.poll_interval_s, why=why, **changed(d, cordoned=cordoned))
     # Decide before disrupting: before the first batch, every old node is checked (once: each later
     # batch's drain step still refuses its own nodes before evicting anything).
     refusal = "" if d.drained else drain_preflight(ctx, d, remaining, now=now, policy=policy)
     if refusal:  # no node of the pool is drained when one of them cannot be
         return blocked(record, now=now, reason="drain refused before evicting anything: " + refusal,
-                       data=changed(d, cordoned=sorted(set(cordoned))))
-    return msgspec.structs.replace(d, batch=batch, drain={}, cordoned=sorted(set(cordoned)))
+                       data=changed(d, cordoned=cordoned))
+    return msgspec.structs.replace(d, batch=batch, drain={}, cordoned=cordoned), seen
+
+
+def _in_progress(ctx: Context, d: MigrationData) -> str:
+    """Why a batch the row says is being drained may not get another eviction round: the replacement
+    that takes its pods must exist and serve ("" = it does)."""
+    new, missing = replacement_now(ctx, d)
+    return missing or (not_serving(ctx.access.kube(d.cluster_id), new) if new is not None else "")
 
 
 def drain_phase(record: Record, ctx: Context, *, now: float, policy: MigrationPolicy) -> Transition:
@@ -224,11 +274,22 @@ def drain_phase(record: Record, ctx: Context, *, now: float, policy: MigrationPo
     d = read(record.data)
     present = {n.name for n in old_nodes}
     d = msgspec.structs.replace(d, batch=[n for n in d.batch if n in present])
+    seen = list(old_nodes)
     if not d.batch:
         chosen = _next_batch(ctx, record, d, old_nodes, now=now, policy=policy)
         if isinstance(chosen, Transition):
             return Transition(chosen.record, chosen.outcome, (*said, *chosen.events))
-        d = chosen
+        d, seen = chosen
+    else:
+        unfit = _in_progress(ctx, d)
+        if unfit:
+            return _with(said, blocked(record, now=now, reason=f"{unfit}: nothing more is evicted from {d.pool}"))
+    # Each eviction round only on nodes that carry this record's cordon (written after the world proofs
+    # of ``take``) and are unschedulable, as the API server shows them now: never on the row's word.
+    views = {n.name: n for n in seen}
+    unheld = not_held([views[n] for n in d.batch], record)
+    if unheld:
+        return _with(said, blocked(record, now=now, reason=f"nothing is evicted: {unheld}"))
     result = drain_batch(ctx, record, d, d.batch, now=now, policy=policy)
     d = msgspec.structs.replace(d, drain={**d.drain, **result.states()})
     if result.outcome in _STOP_LEAD:
@@ -247,6 +308,10 @@ def drain_phase(record: Record, ctx: Context, *, now: float, policy: MigrationPo
                                     shrinking=batch if rolling else [])
         d = msgspec.structs.replace(d, progress=progress(d))
         done = moved(record, DRAINING, now=now, note=f"drained {', '.join(batch)}", **changed(d))
+    return _with(said, done)
+
+
+def _with(said: tuple[Publication, ...], done: Transition) -> Transition:
     return Transition(done.record, done.outcome, (*said, *done.events))
 
 
@@ -265,6 +330,13 @@ def shrink_phase(record: Record, ctx: Context, *, now: float, policy: MigrationP
         if busy:  # a pod landed there since the drain: drain again rather than kill it with the VM
             return moved(record, DRAINING, now=now, note=f"workload pods back on {', '.join(busy)}: draining again",
                          **changed(d, drained=[n for n in d.drained if n not in busy], phase=Phase.DRAIN, shrinking=[]))
+        # Only machines whose nodes this record cordoned and drained (its marker, unschedulable, as the API
+        # server shows them now), and only while the replacement serves: never a list the row made up.
+        views = {n.name: n for n in pool_nodes(kube, d.pool)}
+        unheld = "; ".join(f"{n} has no node in the cluster" for n in present if n not in views)
+        unheld = unheld or not_held([views[n] for n in present], record) or _in_progress(ctx, d)
+        if unheld:
+            return blocked(record, now=now, reason=f"no machine of {d.pool} is deleted: {unheld}")
         # deleteMachines takes no If-Match: AgentPools_DeleteMachines declares no such header, where
         # AgentPools_Delete declares ``if-match`` (Azure/azure-rest-api-specs specification/containerservice/
         # resource-manager/Microsoft.ContainerService/aks/stable/2025-10-01/managedClusters.json; the SDK's

@@ -8,10 +8,11 @@ reads each agent pool from ARM once per step, and again only after the step itse
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.drain.filters import is_workload
+from shared.drain.filters import is_workload, skip_terminating
+from shared.drain.parallel import bounded_map
 from shared.kernel.ports import ClusterAccess, KubePort, NodeView, PodView, PoolInfo, Record
 from shared.kernel.steps import Transition
 from shared.migration.maintenance import window_open
@@ -39,6 +40,14 @@ def workload_pods(kube: KubePort, node: str, *, listed: Sequence[PodView] | None
     ``listed``: the node's pods as already listed in this step (else they are listed now)."""
     found = kube.list_pods(node_name=node) if listed is None else listed
     return [p for p in found if p.node_name in ("", node) and is_workload(p)]
+
+
+def old_pods(kube: KubePort, nodes: Sequence[NodeView], listed: Mapping[str, Sequence[PodView]] | None = None,
+             ) -> list[PodView]:
+    """The workload pods of the old nodes that are not terminating: the ones the replacement must take."""
+    found = bounded_map(lambda n: workload_pods(kube, n.name, listed=None if listed is None else listed[n.name]), nodes,
+                        name="drain-list")
+    return [p for pods in found for p in pods if skip_terminating(p).delete]
 
 
 def read_again(aks: Any, cluster_id: str, pool: str) -> PoolInfo | None:

@@ -10,39 +10,30 @@ first, then one more batch per drained batch of the old pool (:func:`grow_phase`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from shared.drain.filters import skip_terminating
 from shared.drain.parallel import bounded_map
 from shared.fleet.pool_clone import TAG_MIGRATED_FROM
 from shared.fleet.stack import evaluate_stack
 from shared.kernel.errors import Conflict, FeatureNotRegistered, Invalid, QuotaExceeded
-from shared.kernel.ports import KubePort, NodeView, PodView, PoolInfo, Record
+from shared.kernel.ports import NodeView, PoolInfo, Record
 from shared.kernel.steps import Transition
 from shared.migration import plan as migration_plan
 from shared.migration.draining import drain_preflight
 from shared.migration.fit import NodeShape, body_taints, fit_problems, predicted_labels
 from shared.migration.policy import MigrationPolicy
-from shared.migration.reads import closed_window, etag, pool_nodes, workload_pods
+from shared.migration.proofs import fit_refusal
+from shared.migration.reads import closed_window, etag, old_pods, pool_nodes
 from shared.migration.records import ACTIVE_STATES, KIND, MigrationData, MigrationState, Phase, Strategy, read
 from shared.migration.transitions import blocked, changed, moved, parts, publication, wait
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
 
-ZONE_LABEL = "topology.kubernetes.io/zone"
 MANAGED_GPU_FEATURE = "Microsoft.ContainerService/ManagedGPUExperiencePreview"  # what AKS names when it refuses
-
-
-def old_pods(kube: KubePort, nodes: Sequence[NodeView], listed: Mapping[str, Sequence[PodView]] | None = None,
-             ) -> list[PodView]:
-    """The workload pods of the old nodes that are not terminating: the ones the replacement must take."""
-    found = bounded_map(lambda n: workload_pods(kube, n.name, listed=None if listed is None else listed[n.name]), nodes,
-                        name="drain-list")
-    return [p for pods in found for p in pods if skip_terminating(p).delete]
 
 
 def put_replacement(ctx: Context, d: MigrationData, *, count: int, existing: PoolInfo | None) -> None:
@@ -96,6 +87,9 @@ def _fit_before_creating(ctx: Context, record: Record, d: MigrationData, old_nod
 
 
 def step_planned(record: Record, ctx: Context, *, now: float, policy: MigrationPolicy) -> Transition:
+    if not policy.enabled:  # the planner records nothing then (shared.migration.planner.run_planner)
+        return blocked(record, now=now, reason="nothing is created: MIGRATION_ENABLED is false, so this app starts no "
+                       "migration and its planner wrote no planned row; set it to true and delete this record to plan again")
     waiting = closed_window(ctx, record, now=now, policy=policy)
     if waiting is not None:
         return waiting
@@ -186,18 +180,10 @@ def step_validating(record: Record, ctx: Context, *, now: float, policy: Migrati
             reason = "the replacement did not become healthy: " + "; ".join(report.problems[:5])
             return moved(record, MigrationState.ROLLING_BACK, now=now, note=reason, reason=reason)
         return wait(record, now=now, until=now + policy.poll_interval_s, why="; ".join(report.problems[:3]))
-    if nodes:
-        old_nodes = pool_nodes(kube, d.pool)
-        shapes = [NodeShape(n.labels, n.taints, n.allocatable) for n in nodes]
-        # A rolling replacement starts with one batch, in fewer zones than it will span; it has the
-        # old pool's availabilityZones, so its nodes will also come up in every zone the old ones are in.
-        zones = sorted({n.labels[ZONE_LABEL] for n in old_nodes if ZONE_LABEL in n.labels})
-        shapes += [NodeShape({**nodes[0].labels, ZONE_LABEL: z}, nodes[0].taints, nodes[0].allocatable) for z in zones]
-        problems = fit_problems(old_pods(kube, old_nodes), shapes=shapes, node_count=int(d.body.get("count") or 0))
-        if problems:
-            reason = "the old pool's pods would not fit the replacement: " + "; ".join(problems[:5])
-            return moved(record, MigrationState.ROLLING_BACK, now=now, note=reason, reason=reason,
-                         final=MigrationState.BLOCKED.value)
+    problems = fit_refusal(kube, d, nodes, pool_nodes(kube, d.pool))
+    if problems:
+        return moved(record, MigrationState.ROLLING_BACK, now=now, note=problems, reason=problems,
+                     final=MigrationState.BLOCKED.value)
     return moved(record, MigrationState.CORDONING, now=now, note=f"{d.replacement} is healthy ({report.ready_nodes} nodes, "
                  f"{report.gpu_allocatable} GPUs)")
 

@@ -18,8 +18,11 @@ rolling_back   remove the replacement, uncordon            shared.migration.dele
 =============  ==========================================  ==========================
 
 Before any step writes, the row is checked against ARM (:mod:`shared.migration.checks`): a row that
-contradicts itself or ARM ends ``blocked`` with nothing written. States and events are documented
-in docs/migration.md.
+contradicts itself or ARM ends ``blocked`` with nothing written. Each disruptive write then proves its
+own preconditions from ARM and the API server right before it (:mod:`shared.migration.proofs`: the
+replacement serves, the nodes are the old pool's machines and carry this record's cordon), so a row
+that lies about how far its migration got disrupts nothing. States, events and the table of what each
+state may do and re-reads first are in docs/migration.md.
 """
 
 from __future__ import annotations

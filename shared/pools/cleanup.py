@@ -27,6 +27,7 @@ from shared.pools import nap
 from shared.pools import spec as pool_spec
 from shared.pools.outcomes import fail
 from shared.pools.policy import PoolRequestPolicy
+from shared.pools.proof import FAILING_WAIT_MAX_S
 from shared.pools.records import Cleanup, CleanupAction, Failing, JobRef, PoolRequestData, StackReport, builtins
 from shared.pools.request import PoolRequest
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("steward.pool_creation")
 
-FAILING_WAIT_MAX_S = 1800.0  # how long a decided failure waits for the pool to accept its cleanup
 
 
 def _workload_pods(ctx: Context, req: PoolRequest, *, nap_pool: bool) -> list[str]:
@@ -63,14 +63,15 @@ def _cleanup_created_pool(ctx: Context, req: PoolRequest, *, nap_pool: bool, pol
         kube = ctx.access.kube(req.cluster)
         ours = [(api, kind, str((obj.get("metadata") or {}).get("uid") or ""))
                 for api, kind in ((nap.NODEPOOL_API, "NodePool"), (nap.NODECLASS_API, "AKSNodeClass"))
-                if (obj := kube.get_object(api, kind, req.pool_name)) is not None and nap.made_by(dict(obj), req.request_id)]
+                if (obj := kube.get_object(api, kind, req.pool_name)) is not None
+                and nap.made_by(dict(obj), req.request_id, requester=req.requester)]
         if not ours:
             return Cleanup(action=CleanupAction.NONE, note="no Karpenter object of this request is left")
     else:
         pool = ctx.access.aks().get_pool(req.cluster, req.pool_name)
         if pool is None:
             return Cleanup(action=CleanupAction.NONE, note=f"the pool {req.pool_name} no longer exists")
-        if not pool_spec.created_by(pool.properties, req.request_id):
+        if not pool_spec.created_by(pool.properties, req.request_id, requester=req.requester):
             return Cleanup(action=CleanupAction.NONE, note=f"the pool {req.pool_name} was not created by this request: "
                                                                   "left alone")
         # Still the pool the request describes (mode, size, GPU management), as ARM shows it now: a ledger

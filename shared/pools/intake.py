@@ -26,7 +26,7 @@ from shared.kernel.ports import LedgerPort, Record
 from shared.pools import policy as pool_policy
 from shared.pools.outcomes import EVENT_ACCEPTED, EVENT_REJECTED, publish_now
 from shared.pools.recheck import scope_check, team_violations
-from shared.pools.records import KIND, ProblemRow, State, builtins
+from shared.pools.records import KIND, ProblemRow, State, builtins, record_id
 from shared.pools.request import Problem
 from shared.pools.validation import Rejection, ValidatedRequest, evidence, parse_and_validate
 
@@ -50,7 +50,7 @@ class AcceptOutcome:
     """What became of a queue message, and the id of the record that says so."""
 
     status: AcceptStatus
-    request_id: str  # the record's id (the requestId, or ``msg-<sha256>`` for unreadable messages)
+    request_id: str  # the record's id: ``<team>:<requestId>`` (or ``<team>:msg-<sha256>`` for unreadable messages)
     message: str = ""
     problems: tuple[Problem, ...] = ()
 
@@ -64,20 +64,21 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context, team: Team | N
     rules; only tests and tools that call this directly use it.
     """
     now = ctx.clock.now()
+    owner = team.name if team is not None else None
     result = parse_and_validate(raw, policy=pool_policy.of(ctx.settings), in_scope=scope_check(ctx),
                                 requester=team.name if team is not None else None)
     if isinstance(result, Rejection):
-        return _reject(result, ctx=ctx, now=now, dequeue_count=dequeue_count)
+        return _reject(result, ctx=ctx, now=now, dequeue_count=dequeue_count, team=owner)
     req = result.request
     if team is not None:
         found = team_violations(ctx, team, result)
         if found:
             rejection = Rejection(tuple(Problem(v.field, v.problem, v.fix) for v in found), request_id=req.request_id,
                                   requester=team.name, cluster=req.cluster, pool_name=req.pool_name, **evidence(raw))
-            return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count)
+            return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, team=owner)
 
     def fresh() -> Record:
-        record = new_record(result, now=now, dequeue_count=dequeue_count)
+        record = new_record(result, now=now, dequeue_count=dequeue_count, team=owner)
         if team is None:
             return record
         return msgspec.structs.replace(record, data={**record.data, "team": team.name, "queue": team.queue,
@@ -87,32 +88,41 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context, team: Team | N
     if too_large is not None:  # before anything is published: Accepted must never precede a failed write
         rejection = Rejection((too_large,), request_id=req.request_id, requester=req.requester, cluster=req.cluster,
                               pool_name=req.pool_name, **evidence(raw))
-        return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count)
+        return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, team=owner)
 
-    existing, status = _record(ctx, fresh, result)
+    existing, status = _record(ctx, fresh, result, team=owner)
     if existing.data.get("fingerprint") != result.fingerprint:
         reuse = Problem("requestId", f"{result.request_id!r} was already used for a different request "
                         f"(now {existing.state})",
                         "use a new requestId for a new request; resend the original unchanged to retry it")
         rejection = Rejection((reuse,), request_id=None, requester=req.requester, cluster=req.cluster,
                               pool_name=req.pool_name, **evidence(raw))
-        return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, reused_id=result.request_id)
+        return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, reused_id=result.request_id,
+                       team=owner)
 
     if not existing.data.get("announced"):  # recorded by a version that announced after writing
         _announce(ctx, existing, result)
         _mark_announced(ctx, existing)
-    log.info("pool request %s %s", result.request_id, status)
-    return AcceptOutcome(status=status, request_id=result.request_id)
+    log.info("pool request %s %s", existing.id, status)
+    return AcceptOutcome(status=status, request_id=existing.id)
 
 
-def _record(ctx: Context, fresh: Any, result: ValidatedRequest) -> tuple[Record, AcceptStatus]:
-    """The record of this request id (written now, or found), and whether this message wrote it."""
-    existing = ctx.ledger.get(KIND, result.request_id)
+def _record(ctx: Context, fresh: Any, result: ValidatedRequest, *, team: str | None) -> tuple[Record, AcceptStatus]:
+    """The record of this team's request id (written now, or found), and whether this message wrote it.
+
+    Rows are keyed ``<team>:<requestId>`` (records.record_id): another team's use of the same id is another
+    row. A row an older version keyed by the request id alone still answers for its own team's redelivery."""
+    key = record_id(team, result.request_id)
+    existing = ctx.ledger.get(KIND, key)
+    if existing is None and team is not None:
+        legacy = ctx.ledger.get(KIND, result.request_id)
+        if legacy is not None and legacy.data.get("requester") == team and legacy.data.get("fingerprint") is not None:
+            existing = legacy
     if existing is None:
         try:
             return ctx.ledger.create(_announced(ctx, fresh(), result)), AcceptStatus.ACCEPTED
         except Conflict:  # another delivery of a message with this id won the race
-            existing = ctx.ledger.get(KIND, result.request_id)
+            existing = ctx.ledger.get(KIND, key)
             if existing is None:
                 raise Transient("pool request record vanished right after a conflicting create") from None
             return existing, AcceptStatus.DUPLICATE
@@ -128,13 +138,13 @@ def _record(ctx: Context, fresh: Any, result: ValidatedRequest) -> tuple[Record,
     return existing, AcceptStatus.DUPLICATE
 
 
-def new_record(v: ValidatedRequest, *, now: float, dequeue_count: int) -> Record:
-    """The ``accepted`` record of a valid request, as intake first writes it."""
+def new_record(v: ValidatedRequest, *, now: float, dequeue_count: int, team: str | None = None) -> Record:
+    """The ``accepted`` record of a valid request, as intake first writes it (keyed by team and request id)."""
     req = v.request
     data = {"request": msgspec.to_builtins(req), "fingerprint": v.fingerprint, "cluster": req.cluster,
             "pool": req.pool_name, "requester": req.requester, "vm_size": v.size.name,
             "dequeue_count": dequeue_count}
-    return Record(kind=KIND, id=req.request_id, state=State.ACCEPTED, data=data, created_at=now, updated_at=now,
+    return Record(kind=KIND, id=record_id(team, req.request_id), state=State.ACCEPTED, data=data, created_at=now, updated_at=now,
                   next_at=now, history=[{"at": now, "state": State.ACCEPTED, "note": "validated and recorded"}])
 
 
@@ -161,7 +171,7 @@ def _mark_announced(ctx: Context, record: Record) -> None:
 
 
 def _reject(rejection: Rejection, *, ctx: Context, now: float, dequeue_count: int,
-            reused_id: str | None = None) -> AcceptOutcome:
+            reused_id: str | None = None, team: str | None = None) -> AcceptOutcome:
     """Write the terminal ``rejected`` record (once) and publish the reasons. Never retried.
 
     The record and the Rejected event carry the message's sha256, size and first bytes (escaped,
@@ -169,8 +179,8 @@ def _reject(rejection: Rejection, *, ctx: Context, now: float, dequeue_count: in
     :data:`MAX_PROBLEMS_RECORDED`, or beyond what fits the ledger's property limit, are counted but
     not listed: a rejection that cannot be recorded would be retried into the poison queue.
     """
-    by_digest = f"msg-{rejection.digest[:40]}"
-    record_id = rejection.request_id or by_digest
+    by_digest = record_id(team, f"msg-{rejection.digest[:40]}")
+    key = record_id(team, rejection.request_id) if rejection.request_id else by_digest
     total = len(rejection.problems)
     shown = min(total, MAX_PROBLEMS_RECORDED)
     while True:
@@ -185,13 +195,13 @@ def _reject(rejection: Rejection, *, ctx: Context, now: float, dequeue_count: in
             "requester": rejection.requester, "cluster": rejection.cluster, "pool": rejection.pool_name,
             "dequeue_count": dequeue_count,
         }
-        record = Record(kind=KIND, id=record_id, state=State.REJECTED, data=data, created_at=now, updated_at=now,
+        record = Record(kind=KIND, id=key, state=State.REJECTED, data=data, created_at=now, updated_at=now,
                         history=[{"at": now, "state": State.REJECTED, "note": message[:500]}])
         if shown == 0 or too_large_to_record(record, ctx.ledger) is None:
             break
         shown //= 2
     stored = _create_or_get(ctx, record)
-    if stored.data.get("digest") != rejection.digest and record_id != by_digest:
+    if stored.data.get("digest") != rejection.digest and key != by_digest:
         # The id belongs to another request: file this rejection under the message's digest instead.
         stored = _create_or_get(ctx, msgspec.structs.replace(record, id=by_digest))
     if not stored.data.get("announced"):

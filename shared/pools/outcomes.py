@@ -1,6 +1,6 @@
 """How a pool request ends and what it tells the world: the CloudEvents, ``failed`` and ``succeeded``.
 
-Outcomes are published as CloudEvents ``Steward.PoolRequest.Accepted|Rejected|Created|Failed`` with
+Outcomes are published as CloudEvents ``Steward.PoolRequest.Accepted|Rejected|Created|Failed|Blocked`` with
 deterministic ids (``pool-request/<id>/<Type>``), so that a repeat after a lost save is recognisable
 downstream, and are kept in the record's ``data``. A step asks for its events on the
 :class:`~shared.kernel.steps.Transition` it returns; :func:`settle` publishes them before the
@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Any
 from shared.kernel import steps
 from shared.kernel.ports import Record
 from shared.kernel.steps import Publication, Transition
-from shared.pools.records import Cleanup, ErrorInfo, Outcome, SampleJobResult, StackReport, State, builtins, wire
+from shared.pools.records import (
+    Cleanup,
+    CleanupAction,
+    ErrorInfo,
+    Outcome,
+    SampleJobResult,
+    StackReport,
+    State,
+    builtins,
+    split_id,
+    wire,
+)
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -24,6 +35,7 @@ EVENT_ACCEPTED = "Steward.PoolRequest.Accepted"
 EVENT_REJECTED = "Steward.PoolRequest.Rejected"
 EVENT_CREATED = "Steward.PoolRequest.Created"
 EVENT_FAILED = "Steward.PoolRequest.Failed"
+EVENT_BLOCKED = "Steward.PoolRequest.Blocked"
 
 
 def subject(record: Record) -> str:
@@ -35,8 +47,13 @@ def subject(record: Record) -> str:
 
 
 def event_data(record: Record, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Every event's data: who asked for what, then ``extra`` (already in the events' camelCase)."""
-    return {"requestId": record.data.get("request_id") or record.id, "requester": record.data.get("requester"),
+    """Every event's data: who asked for what, then ``extra`` (already in the events' camelCase).
+
+    ``requestId`` is the request's own id (the row's id is ``<team>:<requestId>``, records.record_id)."""
+    request = record.data.get("request")
+    request_id = request.get("requestId") if isinstance(request, Mapping) else None
+    return {"requestId": request_id or record.data.get("request_id") or split_id(record.id)[1],
+            "requester": record.data.get("requester"),
             "cluster": record.data.get("cluster"), "poolName": record.data.get("pool"), **extra}
 
 
@@ -83,3 +100,17 @@ def succeed(record: Record, *, now: float, stack: StackReport | None, sample_job
                       resources=dict(stack.resources) if stack else None, sample_job=sample_job, stack=stack)
     ended = steps.finish(record, State.SUCCEEDED, now=now, note="pool created and validated", outcome=builtins(outcome))
     return ended.publish(EVENT_CREATED, subject(record), event_data(record, {"outcome": wire(outcome)}))
+
+
+def block(record: Record, *, now: float, code: str, reason: str) -> Transition:
+    """End the request ``blocked``: its row asked for something the world does not bear out (shared.pools.proof),
+    so nothing was created, changed or deleted. ``reason`` says what was looked at and what was found; the
+    Blocked event carries it."""
+    error = ErrorInfo(code=code, message=reason[:2000])
+    stage = State(record.state)
+    outcome = Outcome(state=State.BLOCKED, stage=stage, code=code, message=error.message,
+                      cleanup=Cleanup(action=CleanupAction.NONE, note="refused before any write: nothing was touched"))
+    ended = steps.finish(record, State.BLOCKED, now=now, note=f"blocked ({code}): {reason}"[:500], error=builtins(error),
+                         outcome=builtins(outcome), reason=error.message, failing=None)
+    return ended.publish(EVENT_BLOCKED, subject(record),
+                         event_data(record, {"stage": str(stage), "error": wire(error), "reason": error.message}))

@@ -18,6 +18,7 @@ from shared.kernel.errors import Forbidden, Invalid, NotFound
 from shared.kernel.ports import Record
 from shared.pools import teams
 from shared.pools.policy import PoolRequestPolicy
+from shared.pools.records import record_id
 from shared.pools.request import PoolRequest
 from shared.pools.validation import Rejection, ValidatedRequest, parse_and_validate
 
@@ -83,8 +84,9 @@ def recheck(record: Record, req: PoolRequest, ctx: Context, *, policy: PoolReque
     if isinstance(result, Rejection):
         return [f"{p.field}: {p.problem}" for p in result.problems]
     problems: list[str] = []
-    if record.id != req.request_id:
-        problems.append(f"requestId: the record {record.id!r} holds request {req.request_id!r}")
+    if record.id not in (record_id(req.requester, req.request_id), req.request_id):
+        problems.append(f"requestId: the record {record.id!r} holds request {req.request_id!r} of "
+                        f"{req.requester!r} (its row would be {record_id(req.requester, req.request_id)!r})")
     configured = ctx.settings.teams
     if not configured:
         return problems

@@ -29,7 +29,8 @@ KIND = "pool-request"
 
 class State(StrEnum):
     """Where a pool request is. ``accepted -> creating -> validating -> [testing] -> succeeded``;
-    any active state may end ``failed``; an invalid message ends ``rejected`` at once."""
+    any active state may end ``failed``; an invalid message ends ``rejected`` at once; a row the world
+    does not bear out (shared.pools.proof: a forged or edited ledger row) ends ``blocked`` untouched."""
 
     ACCEPTED = "accepted"
     CREATING = "creating"
@@ -38,10 +39,28 @@ class State(StrEnum):
     SUCCEEDED = "succeeded"
     REJECTED = "rejected"
     FAILED = "failed"
+    BLOCKED = "blocked"
 
 
 ACTIVE_STATES: tuple[State, ...] = (State.ACCEPTED, State.CREATING, State.VALIDATING, State.TESTING)
-TERMINAL_STATES: tuple[State, ...] = (State.SUCCEEDED, State.REJECTED, State.FAILED)
+TERMINAL_STATES: tuple[State, ...] = (State.SUCCEEDED, State.REJECTED, State.FAILED, State.BLOCKED)
+
+#: Between a team's name and its request id in a row's id: neither may contain it
+#: (shared.pools.teams.TEAM_NAME, shared.pools.rules.REQUEST_ID).
+ID_SEPARATOR = ":"
+
+
+def record_id(team: str | None, request_id: str) -> str:
+    """The ledger id of a request: ``<team>:<requestId>``, so that two teams may use the same request id and
+    neither can take (or "adopt") the other's. Without a team (tools and tests calling intake directly) it
+    is the request id, as every row was keyed before teams owned their ids."""
+    return f"{team}{ID_SEPARATOR}{request_id}" if team else request_id
+
+
+def split_id(value: str) -> tuple[str | None, str]:
+    """``(team, request id)`` of a row id; ``(None, id)`` for a row keyed by its request id alone."""
+    team, sep, request_id = value.partition(ID_SEPARATOR)
+    return (team, request_id) if sep else (None, value)
 
 
 class SampleJobResult(StrEnum):
@@ -168,6 +187,7 @@ class PoolRequestData(_Data):
     outcome: Outcome | None = None
     cleanup: Cleanup | None = None
     feature: str | None = None
+    reason: str | None = None  # why the row was blocked (shared.pools.proof)
     # the reconciler's bookkeeping (shared.kernel.reconciler)
     error_streak: int | None = msgspec.field(default=None, name="_error_streak")
     last_error: str | None = msgspec.field(default=None, name="_last_error")

@@ -30,6 +30,7 @@ from shared.pools.rules import parse_taint
 
 TAG_REQUEST_ID = "gpu-fleet-steward-request-id"
 TAG_REQUESTER = "gpu-fleet-steward-requester"
+TAG_CREATED_AT = "gpu-fleet-steward-created-at"  # unix seconds of the PUT: the pool's age as ARM shows it (proof)
 TAG_MANAGED_GPU = "EnableManagedGPUExperience"  # the older node-pool tag AgentBaker's CSE reads
 
 AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"  # the label AKS puts on every node of an agent pool
@@ -60,8 +61,11 @@ def steward_tags(req: PoolRequest) -> dict[str, str]:
     return tags
 
 
-def agent_pool_body(req: PoolRequest) -> tuple[dict[str, Any], bool]:
-    """The AgentPool PUT body ``{"properties": {...}}`` and whether it needs the preview api-version."""
+def agent_pool_body(req: PoolRequest, *, created_at: float | None = None) -> tuple[dict[str, Any], bool]:
+    """The AgentPool PUT body ``{"properties": {...}}`` and whether it needs the preview api-version.
+
+    ``created_at`` (the time of the PUT) is written as the tag :data:`TAG_CREATED_AT`: later steps act on
+    the pool only while ARM shows it young enough to belong to a request in flight (shared.pools.proof)."""
     props: dict[str, Any] = {
         "vmSize": req.vm_size,
         "osType": "Linux",
@@ -73,6 +77,8 @@ def agent_pool_body(req: PoolRequest) -> tuple[dict[str, Any], bool]:
         "nodeLabels": dict(req.labels),
         "tags": {**req.tags, **steward_tags(req)},
     }
+    if created_at is not None:
+        props["tags"][TAG_CREATED_AT] = str(int(created_at))
     if req.autoscale is not None:
         props.update(enableAutoScaling=True, minCount=req.autoscale.min, maxCount=req.autoscale.max,
                      count=req.autoscale.min)
@@ -100,10 +106,21 @@ def pool_taints(req: PoolRequest) -> list[tuple[str, str, str]]:
     return taints
 
 
-def created_by(properties: Mapping[str, Any], request_id: str) -> bool:
-    """Whether an existing pool carries this request's tag, i.e. it is the pool this request made."""
+def created_by(properties: Mapping[str, Any], request_id: str, *, requester: str | None = None) -> bool:
+    """Whether an existing pool carries this request's tags, i.e. it is the pool this request made.
+
+    ``requester``: the team must match too (two teams may use the same request id; the team's tag tells
+    their pools apart, so one team's request never adopts, validates or deletes the other's pool)."""
     tags = properties.get("tags") or {}
+    if requester is not None and str(tags.get(TAG_REQUESTER, "")) != requester:
+        return False
     return str(tags.get(TAG_REQUEST_ID, "")) == request_id
+
+
+def created_at(properties: Mapping[str, Any]) -> float | None:
+    """When the steward PUT this pool (its :data:`TAG_CREATED_AT`), or None when it carries no readable mark."""
+    value = str((properties.get("tags") or {}).get(TAG_CREATED_AT, ""))
+    return float(value) if value.isdigit() else None
 
 
 def spec_differences(properties: Mapping[str, Any], req: PoolRequest) -> list[str]:

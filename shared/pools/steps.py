@@ -4,16 +4,19 @@
 it once per step and saves what it returns (ETag-guarded). Each state has one step with the kernel's
 contract, ``step(record, ctx, *, now, policy) -> Transition`` (shared.kernel.steps), which
 re-observes the world first, so running a step twice, or after a crash between "pool requested" and
-"record saved", is harmless: the pool is re-read and recognised by the steward's request-id tag
-before anything is PUT again.
+"record saved", is harmless: the pool is re-read and recognised by the steward's request-id and team
+tags before anything is PUT again. The row itself is not believed: past ``accepted`` every step first
+has the world show the request's own, recently made pool (shared.pools.proof), else the row ends
+``blocked`` having touched nothing.
 
     accepted -> creating -> validating -> [testing] -> succeeded
         \\__________\\____________\\____________\\______-> failed (Azure's error, or a timeout)
     (queue) -> rejected (final, never retried; shared.pools.intake)
+    (any active state) -> blocked (a row the world does not bear out; nothing touched)
 
 On clusters with node auto-provisioning the "pool" is a Karpenter NodePool + AKSNodeClass
-(shared.pools.nap) applied through the Kubernetes API instead of an AgentPool PUT. Azure's refusals
-are told apart by error type (shared.kernel.errors, chosen by the adapter from ARM's codes), never
+(shared.pools.nap) created through the Kubernetes API (create-only) instead of an AgentPool PUT.
+Azure's refusals are told apart by error type (shared.kernel.errors, chosen by the adapter from ARM's codes), never
 by message text. A failed request's pool is cleaned up by shared.pools.cleanup; the sample job is
 shared.pools.sample_job.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,13 +34,13 @@ from shared.fleet.features import MANAGED_GPU_FEATURE, feature_registration_help
 from shared.fleet.stack import evaluate_stack
 from shared.kernel.arm_codes import error_of_detail
 from shared.kernel.errors import Conflict, FeatureNotRegistered, Forbidden, Invalid, LinkedAuthorizationFailed, NotFound
-from shared.kernel.ports import NodeView, PoolInfo, Record
+from shared.kernel.ports import KubePort, NodeView, PoolInfo, Record
 from shared.kernel.steps import Transition, move, stay
-from shared.pools import nap, records
+from shared.pools import nap, proof, records
 from shared.pools import policy as pool_policy
 from shared.pools import spec as pool_spec
 from shared.pools.cleanup import fail_created
-from shared.pools.outcomes import fail, settle, succeed
+from shared.pools.outcomes import block, fail, settle, succeed
 from shared.pools.policy import PoolRequestPolicy
 from shared.pools.recheck import recheck
 from shared.pools.records import KIND, SampleJobResult, StackReport, State, builtins, typed
@@ -77,12 +80,32 @@ def advance(record: Record, ctx: Context) -> Record:
     record, held = hold_if_paused(record, ctx, now=now, policy=policy, req=req)
     if held is not None:
         return records.normalised(settle(held, ctx))
+    if record.state != State.ACCEPTED or data.failing is not None:
+        # Past "accepted" a step follows (and may clean up) a pool this request made: the world must show it.
+        refused, record = _proven(record, ctx, now=now, policy=policy, req=req, nap_pool=data.nap)
+        if refused is not None:
+            log.warning("pool request %s blocked in %s: %s", record.id, record.state, refused)
+            return records.normalised(settle(block(record, now=now, code="RowNotProven", reason=refused), ctx))
     if data.failing is not None:  # decided to fail; the pool's cleanup had to wait for a running operation
         transition = fail_created(record, ctx, now=now, policy=policy, data=data, req=req, code=data.failing.code,
                                   message=data.failing.message, stack=data.failing.stack, job=data.failing.job)
     else:
         transition = STEPS[State(record.state)](record, ctx, now=now, policy=policy)
     return records.normalised(settle(transition, ctx))
+
+
+def _proven(record: Record, ctx: Context, *, now: float, policy: PoolRequestPolicy, req: PoolRequest,
+            nap_pool: bool) -> tuple[str | None, Record]:
+    """``(why the row is refused, record)``: the world's view of the request's pool (shared.pools.proof), and the
+    record with its deadline floored at the pool's creation mark plus the state's timeout."""
+    seen = proof.see(ctx, req, nap_pool=nap_pool, now=now, policy=policy)
+    prefix = f"this {record.state} row names {req.pool_name!r} on {req.cluster.rstrip('/').rsplit('/', 1)[-1]}, but "
+    if seen.refused:
+        return prefix + seen.refused + "; nothing was created, changed or deleted", record
+    if seen.born is None and (record.state == State.TESTING or (record.state == State.VALIDATING and nap_pool)):
+        what = "its NodePool/AKSNodeClass do" if nap_pool else "the pool does"
+        return prefix + f"{what} not exist: no sample job is run and nothing is cleaned up", record
+    return None, proof.floored(record, born=seen.born, policy=policy)
 
 
 def hold_if_paused(record: Record, ctx: Context, *, now: float, policy: PoolRequestPolicy,
@@ -146,8 +169,8 @@ def step_accepted(record: Record, ctx: Context, *, now: float, policy: PoolReque
     broken = recheck(record, req, ctx, policy=policy)
     if broken:
         log.warning("pool request %s refused before creation: %s", record.id, "; ".join(broken))
-        return fail(record, now=now, code="RequestNotAllowed",
-                    message="the stored request breaks the rules it is judged by before any pool is created "
+        return block(record, now=now, code="RequestNotAllowed",
+                     reason="the stored request breaks the rules it is judged by before any pool is created "
                             "(a ledger row edited after intake, or rules changed since): " + "; ".join(broken))
     aks = ctx.access.aks()
     try:
@@ -155,14 +178,15 @@ def step_accepted(record: Record, ctx: Context, *, now: float, policy: PoolReque
     except NotFound:
         return fail(record, now=now, code="ClusterNotFound", message=f"cluster {req.cluster} no longer exists")
     if cluster.node_provisioning_mode.lower() == "auto":
-        return _start_nap(record, ctx, now=now, req=req, location=cluster.location, deadline=create_deadline)
+        return _start_nap(record, ctx, now=now, req=req, location=cluster.location, deadline=create_deadline,
+                          poll_s=policy.poll_interval_s)
 
     existing = aks.get_pool(req.cluster, req.pool_name)
     if existing is not None:
         return _adopt_or_refuse(record, now=now, req=req, existing=existing, deadline=create_deadline, puts=data.puts)
     if ctx.settings.paused:
         return stay(record, now=now, until=now + PAUSED_RETRY_S, waiting="STEWARD_PAUSED is set: no writes")
-    body, preview = pool_spec.agent_pool_body(req)
+    body, preview = pool_spec.agent_pool_body(req, created_at=now)
     try:
         aks.begin_put_pool(req.cluster, req.pool_name, body, preview=preview, create_only=True)
     except FeatureNotRegistered as error:
@@ -187,7 +211,7 @@ def step_accepted(record: Record, ctx: Context, *, now: float, policy: PoolReque
 def _adopt_or_refuse(record: Record, *, now: float, req: PoolRequest, existing: PoolInfo, deadline: float,
                      puts: int) -> Transition:
     """A pool with the name exists: ours from an earlier (crashed) step, or someone else's."""
-    if not pool_spec.created_by(existing.properties, req.request_id):
+    if not pool_spec.created_by(existing.properties, req.request_id, requester=req.requester):
         return fail(record, now=now, code="PoolNameTaken",
                     message=f"a node pool named {req.pool_name!r} already exists in the cluster (vmSize "
                             f"{existing.vm_size}) and was not created by this request; choose another poolName")
@@ -200,7 +224,7 @@ def _adopt_or_refuse(record: Record, *, now: float, req: PoolRequest, existing: 
 
 
 def _start_nap(record: Record, ctx: Context, *, now: float, req: PoolRequest, location: str,
-               deadline: float) -> Transition:
+               deadline: float, poll_s: float) -> Transition:
     why = nap.unsupported(req)
     if why:
         return fail(record, now=now, code="UnsupportedOnNodeAutoProvisioning", message=why)
@@ -208,22 +232,46 @@ def _start_nap(record: Record, ctx: Context, *, now: float, req: PoolRequest, lo
     if size is None:  # validated on accept; the catalogue changed since
         return fail(record, now=now, code="UnknownVmSize", message=f"{req.vm_size} is no longer in the catalogue")
     kube = ctx.access.kube(req.cluster)
-    objects = (nap.node_class(req), nap.node_pool(req, size=size, location=location))
+    objects = (nap.node_class(req, created_at=now), nap.node_pool(req, size=size, location=location, created_at=now))
+    found: dict[str, Mapping[str, Any] | None] = {}
     for obj in objects:
         current = kube.get_object(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
-        if current is not None and not nap.made_by(dict(current), req.request_id):
+        if current is not None and not nap.made_by(dict(current), req.request_id, requester=req.requester):
             return fail(record, now=now, code="PoolNameTaken",
                         message=f"a {obj['kind']} named {req.pool_name!r} already exists and was not created by "
                                 "this request; choose another poolName")
+        found[obj["kind"]] = current
     if ctx.settings.paused:
         return stay(record, now=now, until=now + PAUSED_RETRY_S, waiting="STEWARD_PAUSED is set: no writes")
     for obj in objects:
         try:
-            kube.apply_object(obj)
+            _write_karpenter(kube, obj, found[obj["kind"]])
+        except (Conflict, NotFound):  # made, changed or deleted since the read: judged again from a fresh read
+            return stay(record, now=now, until=now + poll_s,
+                        waiting=f"the {obj['kind']} {req.pool_name} changed since it was read; reading it again")
         except Invalid as error:
             return fail(record, now=now, code=error.code or "InvalidKarpenterObject", message=error.reason)
-    return move(record, State.CREATING, now=now, note="NodePool and AKSNodeClass applied (node auto-provisioning)",
+    return move(record, State.CREATING, now=now, note="NodePool and AKSNodeClass created (node auto-provisioning)",
                 nap=True, deadline=deadline, location=location)
+
+
+def _write_karpenter(kube: KubePort, obj: Mapping[str, Any], current: Mapping[str, Any] | None) -> None:
+    """Create ``obj`` (create-only: 409 if the name was taken since the read), or bring this request's own
+    ``current`` object back to ``obj``, replacing exactly the ``resourceVersion`` read and checked (409 if it
+    changed since). Nothing is written when ``current`` already says what ``obj`` says."""
+    if current is None:
+        kube.create_object(obj)
+        return
+    meta = dict(current.get("metadata") or {})
+    spec = dict(current.get("spec") or {})
+    if all(spec.get(key) == value for key, value in obj["spec"].items()):
+        return
+    version = meta.get("resourceVersion")
+    if not version:
+        raise Conflict(f"{obj['kind']} {meta.get('name')} was read without a resourceVersion")
+    annotations = {**obj["metadata"]["annotations"], **{k: v for k, v in (meta.get("annotations") or {}).items()
+                                                         if k == nap.ANNOTATION_CREATED_AT}}
+    kube.apply_object({**obj, "metadata": {**obj["metadata"], "annotations": annotations, "resourceVersion": version}})
 
 
 # ----------------------------------------------------------------------------- creating
@@ -255,7 +303,7 @@ def step_creating(record: Record, ctx: Context, *, now: float, policy: PoolReque
         if data.puts >= MAX_PUTS:
             return fail(record, now=now, code="PoolDisappeared", message=f"the pool vanished after {MAX_PUTS} accepted PUTs")
         return move(record, State.ACCEPTED, now=now, note="pool not visible after its PUT: requesting it again")
-    if not pool_spec.created_by(pool.properties, req.request_id):
+    if not pool_spec.created_by(pool.properties, req.request_id, requester=req.requester):
         return fail(record, now=now, code="PoolNameTaken",
                     message=f"the node pool {req.pool_name!r} now belongs to another request or owner")
     state = pool.provisioning_state

@@ -24,7 +24,10 @@ The ``requester`` field of a message is kept only as the sender's claimed contac
   pool one request may ask for, counted as GPUs per VM times nodes (``count``, or ``autoscale.max``).
 - ``maxGpusTotal`` (default: not enforced): GPUs the team's pools may hold together, counted
   from ARM (every pool tagged with the team as requester, at its ``count`` or autoscale
-  ``maxCount``) plus the requests of the team still in flight. Measured at intake: two requests
+  ``maxCount``), from the Kubernetes API (every NodePool the steward made for the team's requests on
+  node auto-provisioning clusters, at its ``spec.limits`` ``nvidia.com/gpu``; one without a GPU limit
+  is unbounded and refuses the team's requests until it has one) plus the requests of the team still
+  in flight. Measured at intake: two requests
   handled at the same instant may together pass it by one request.
 - ``queue`` (default ``<POOL_REQUEST_QUEUE>-<team>``): the team's queue, in the team-requests
   storage account (connection :data:`CONNECTION`).
@@ -249,6 +252,16 @@ class InFlight:
     autoscale_max: int | None
 
 
+@dataclass(frozen=True)
+class NapHold:
+    """A Karpenter NodePool the steward made for one of the team's requests, at its ``nvidia.com/gpu`` limit:
+    what it may grow to, whatever nodes it has now (shared.pools.team_usage reads it)."""
+
+    request_id: str
+    name: str
+    gpus: int | None  # None: the NodePool has no GPU limit, so it may grow without bound
+
+
 def _nodes(props: Mapping[str, Any]) -> int:
     """The most nodes an ARM agent pool holds: ``maxCount`` when autoscaled, else ``count``.
 
@@ -266,13 +279,23 @@ def _nodes(props: Mapping[str, Any]) -> int:
 
 
 def gpus_in_use(team: str, *, pools: Iterable[Mapping[str, Any]], active_requests: Iterable[InFlight],
-                exclude_request_id: str = "") -> int:
+                exclude_request_id: str = "", nodepools: Iterable[NapHold] = ()) -> int:
     """GPUs the team holds or has asked for: its pools (``properties`` of every agent pool listed, the
-    ones tagged with the team as requester, at ``count`` or autoscale ``maxCount``) plus its requests
-    still in flight whose pool is not listed yet. ``exclude_request_id``: the request being judged (a
-    redelivery must not count itself). Raises Invalid when a pool's node count is not a number."""
+    ones tagged with the team as requester, at ``count`` or autoscale ``maxCount``), its node
+    auto-provisioning NodePools at their GPU limits, plus its requests still in flight whose pool is not
+    listed yet. ``exclude_request_id``: the request being judged (a redelivery must not count itself).
+    Raises Invalid when a pool's node count is not a number, or a NodePool has no GPU limit (it may grow
+    without bound, so no total can hold it)."""
     total = 0
     seen: set[str] = set()
+    for hold in nodepools:
+        seen.add(hold.request_id)
+        if hold.request_id and hold.request_id == exclude_request_id:
+            continue
+        if hold.gpus is None:
+            raise Invalid(f"NodePool {hold.name!r} (request {hold.request_id!r}) has no nvidia.com/gpu limit, so it "
+                          "may grow without bound")
+        total += hold.gpus
     for props in pools:
         tags = props.get("tags") or {}
         if tags.get(TAG_REQUESTER) != team:

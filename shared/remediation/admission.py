@@ -156,11 +156,17 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
         return _ignored(f"type {event.get('type')!r}")
     data = _event_data(event)
     if data.get("signal") == str(SignalSource.DCGM):
-        from shared.remediation import dcgm  # it builds on this module: imported when first needed
+        from shared.remediation import dcgm_recheck  # it builds on this module: imported when first needed
 
-        return dcgm.recheck(ctx, data, event_id=str(event.get("id", "")),
-                            observed_at=parse_time(data.get("observed_at") or None)
-                            or parse_time(event.get("time") or None) or 0.0)
+        return dcgm_recheck.recheck(ctx, data, event_id=str(event.get("id", "")),
+                                    observed_at=parse_time(data.get("observed_at") or None)
+                                    or parse_time(event.get("time") or None) or 0.0)
+    if data.get("signal") == str(SignalSource.GPU_CAPACITY):
+        from shared.remediation import gpu_capacity  # it builds on this module, as dcgm does
+
+        return gpu_capacity.recheck(ctx, data, event_id=str(event.get("id", "")),
+                                    observed_at=parse_time(data.get("observed_at") or None)
+                                    or parse_time(event.get("time") or None) or 0.0)
     cluster_id = str(data.get("cluster") or "")
     node_name = str(data.get("node") or "")
     condition = str(data.get("condition") or "")
@@ -220,13 +226,14 @@ def _admit_checked(ctx: Context, *, cluster: Any, kube: KubePort, node: NodeView
                        warn=(kube, node))
     # Trust ARM, not the node: the pool it claims must be a User GPU pool in ARM, and its VM the one
     # ARM lists for it, in this cluster's own node resource group (shared/fleet/node_truth.py).
-    verdict = _judge_node(ctx, cluster, node)
+    verdict = judge_node(ctx, cluster, node)
     if not verdict.ok:
         return refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
     info["vm_id"] = verdict.vm_id
     paused = paused_reason(ctx, cluster.tags, node, policy)
     return _admit(ctx, kube=kube, node=node, finding=finding, info=info, paused=paused,
-                  breaker_open=fleet_breaker.is_open, policy=policy, ladder=ladder)
+                  breaker_open=fleet_breaker.is_open, fleet_clusters=fleet_breaker.fleet_clusters, policy=policy,
+                  ladder=ladder)
 
 
 def admit_signal(ctx: Context, *, cluster: Any, node: NodeView, signal: Signal, event_id: str,
@@ -271,7 +278,7 @@ def record_signal(ctx: Context, info: Mapping[str, Any], signal: Signal) -> Hand
     return Handled(Handling.RECORDED, f"recorded ({signal.decision.row}): {signal.detail}")
 
 
-def _judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict:
+def judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict:
     """:func:`node_truth.resolve` for admission, remembered a minute per process.
 
     The sweep re-reports a refused fault every minute; without this each report would cost two ARM
@@ -315,7 +322,7 @@ def _live_slots(ctx: Context, slots: Mapping[str, Slot], now: float) -> dict[str
 
 
 def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Finding, info: dict[str, Any],
-           paused: str | None, breaker_open: bool, policy: RemediationPolicy,
+           paused: str | None, breaker_open: bool, policy: RemediationPolicy, fleet_clusters: int = 0,
            ladder: tuple[str, ...] | None = None) -> Handled:
     cluster_id, name, fault = info["cluster"], node.name, info["fault"]
     nk = node_key(cluster_id, name)
@@ -345,6 +352,7 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
         slots = _live_slots(ctx, decode(budget_rec.data, BudgetData).slots if budget_rec else {}, now)
         in_pool = {s.node for s in slots.values() if s.cluster == cluster_id and s.pool == pool}
+        in_cluster = sum(1 for s in slots.values() if s.cluster.lower() == cluster_id.lower())
         node_check = budget.node_admission(attempts=[a.at for a in nd.attempts],
                                            last_finished_at=last.updated_at if last is not None else None,
                                            now=now, policy=policy)
@@ -356,6 +364,8 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
             node=budget.Admission.ok(node_check.reason) if cap_reached else node_check,
             pool=budget.pool_admission(pool=pool, pool_size=pool_size, unavailable=unavailable_now | in_pool,
                                        candidate=name, policy=policy),
+            cluster=budget.cluster_admission(cluster=cluster_id, in_flight_in_cluster=in_cluster,
+                                             fleet_clusters=fleet_clusters, policy=policy),
             fleet=budget.fleet_admission(in_flight=len(slots), policy=policy),
         )
         if not admission.allowed:

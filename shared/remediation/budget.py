@@ -13,15 +13,29 @@ percentage is above 0 and the pool has nodes. Without the floor of 1 a pool of f
 could never be repaired at the default 20 %, leaving its broken GPU node (already useless to
 workloads) cordoned forever; one node at a time is also what AKS auto-repair does. A count or
 percentage of 0 admits nothing (an explicit stop); set 100 to turn the percentage rule off.
+
+No tenant holds the fleet (issue 19). One cluster may have at most ``cluster_max_in_flight``
+remediations in flight (BUDGET_CLUSTER_MAX_IN_FLIGHT = 3, below the fleet's 5), so the PodDisruptionBudgets
+or the storm of one cluster never take every fleet slot; like every count here, 0 admits nothing, and a
+value at or above BUDGET_MAX_IN_FLIGHT leaves the fleet cap alone. The share applies once the fleet has
+GPU nodes in more than one cluster (the last sweep's count, kept by the breaker): a fleet of one
+cluster has no other team to protect, and keeps the whole fleet cap. And
+a drain a PodDisruptionBudget keeps refusing stops holding its slot after ``blocked_drain_slot_s``
+(BUDGET_BLOCKED_DRAIN_SLOT_S = 300; 0 = it holds it until the drain ends): :func:`holds_fleet_slot`.
+It keeps its cordon (so it still counts against its pool's budget), and before it goes on it takes a
+slot again under the same rules (the fleet cap and its cluster's share), or waits.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from shared.drain.state import DrainOutcome, DrainState
 from shared.remediation.policy import RemediationPolicy
+from shared.remediation.records import State
 
 PAUSED = "paused"
 BREAKER = "breaker"
@@ -29,7 +43,8 @@ COOLDOWN = "cooldown"
 ATTEMPTS = "attempts"
 POOL_BUDGET = "budget-pool"
 FLEET_BUDGET = "budget-fleet"
-REFUSAL_CODES: tuple[str, ...] = (PAUSED, BREAKER, COOLDOWN, ATTEMPTS, POOL_BUDGET, FLEET_BUDGET)
+CLUSTER_BUDGET = "budget-cluster"
+REFUSAL_CODES: tuple[str, ...] = (PAUSED, BREAKER, COOLDOWN, ATTEMPTS, POOL_BUDGET, CLUSTER_BUDGET, FLEET_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,44 @@ def fleet_admission(*, in_flight: int, policy: RemediationPolicy) -> Admission:
     return Admission.ok(f"{in_flight + 1} of {policy.max_in_flight} in flight")
 
 
+def cluster_admission(*, cluster: str, in_flight_in_cluster: int, fleet_clusters: int,
+                      policy: RemediationPolicy) -> Admission:
+    """The cluster's share of the fleet: ``in_flight_in_cluster`` remediations of ``cluster`` hold a slot now;
+    ``fleet_clusters`` is how many clusters had GPU nodes at the last sweep (``BreakerState.fleet_clusters``):
+    with one (or none seen yet) the share does not apply."""
+    limit = policy.cluster_max_in_flight
+    if fleet_clusters <= 1:
+        return Admission.ok("the only cluster with GPU nodes: no cluster share")
+    if in_flight_in_cluster >= limit:
+        return Admission.refuse(
+            CLUSTER_BUDGET, f"cluster {cluster.rsplit('/', 1)[-1]}: {in_flight_in_cluster} remediations in flight, at "
+                            f"most {limit} per cluster (BUDGET_CLUSTER_MAX_IN_FLIGHT)")
+    return Admission.ok(f"{in_flight_in_cluster + 1} of {limit} in flight in the cluster")
+
+
+def blocked_since(drain: Mapping[str, Any] | DrainState | None) -> float | None:
+    """Since when a running drain has waited on a pod a PodDisruptionBudget keeps refusing (the Eviction
+    API's 429, :attr:`DrainState.blocked`); None when it is not blocked or not running."""
+    state = drain if isinstance(drain, DrainState) else DrainState.from_data(drain)
+    if state.outcome != DrainOutcome.DRAINING or not state.blocked:
+        return None
+    return min(float(b.get("since", 0.0)) for b in state.blocked.values())
+
+
+def holds_fleet_slot(*, state: str, drain: Mapping[str, Any] | DrainState | None, now: float,
+                     policy: RemediationPolicy, taken_at: float = 0.0) -> bool:
+    """Whether an active remediation in ``state`` holds its fleet slot now.
+
+    Every active remediation does, except one ``draining`` whose drain a PodDisruptionBudget has blocked
+    for ``blocked_drain_slot_s`` or longer (0: never released), timed from the later of the first refusal
+    and ``taken_at`` (when the record last took its slot: one that took it again after waiting gets the
+    full time anew). It keeps its cordon, and takes a slot again, when one is free, before it goes on."""
+    if state != State.DRAINING or policy.blocked_drain_slot_s <= 0:
+        return True
+    since = blocked_since(drain)
+    return since is None or now - max(since, taken_at) < policy.blocked_drain_slot_s
+
+
 def node_admission(*, attempts: Sequence[float], last_finished_at: float | None, now: float,
                    policy: RemediationPolicy) -> Admission:
     """Cooldown since the last remediation ended, and the cap on attempts in the window."""
@@ -92,14 +145,14 @@ def node_admission(*, attempts: Sequence[float], last_finished_at: float | None,
 
 
 def admit(*, paused: str | None, breaker_open: bool, node: Admission, pool: Admission,
-          fleet: Admission) -> Admission:
-    """The chain: pause, breaker, node guards, pool budget, fleet cap; the first refusal wins."""
+          fleet: Admission, cluster: Admission | None = None) -> Admission:
+    """The chain: pause, breaker, node guards, pool budget, cluster share, fleet cap; the first refusal wins."""
     if paused:
         return Admission.refuse(PAUSED, paused)
     if breaker_open:
         return Admission.refuse(BREAKER, "the fleet breaker is open: no remediation until an operator resets it "
                                           "(python -m fleetctl breaker reset)")
-    for check in (node, pool, fleet):
-        if not check.allowed:
+    for check in (node, pool, cluster, fleet):
+        if check is not None and not check.allowed:
             return check
-    return Admission.ok(f"{pool.reason}; {fleet.reason}")
+    return Admission.ok("; ".join(c.reason for c in (pool, cluster, fleet) if c is not None))

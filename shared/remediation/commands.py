@@ -13,27 +13,35 @@ and the app applies it:
   :data:`MAX_AGE_S` (a replayed or long-forgotten row), a record in an unexpected state;
 - an allowed command is carried out by the app's own code (``breaker.reset``: the app's clock, the
   app's event ``Steward.Breaker.Reset`` naming who and why) and the record ends ``applied`` with
-  what was done; a refused one ends ``rejected`` with the reason; both stay as the audit trail
-  (``fleetctl`` shows them);
+  what was done; a refused one ends ``rejected`` with the reason and publishes
+  ``Steward.Command.Rejected`` (:data:`REJECTED_EVENT`: the record, the reason, and what the row
+  claimed); both stay as the audit trail (``fleetctl`` shows them);
 - a command is applied once: the reconciler's claim makes one writer, and a record already
   ``applied`` is never active again.
+
+What a row can make the app do, whatever its state (issue 19): the reconciler lists only
+``requested`` rows (:data:`ACTIVE_STATES`), so a row written straight into ``applied``, ``rejected`` or
+any other state is never stepped and changes nothing (it is only shown); a ``requested`` row is
+carried out only if it passes every check above, and then only the one allowed command runs, with
+the app's values (its clock), never a value of the row but ``by`` and ``reason``, which are recorded.
 
 Allowed commands (:data:`ALLOWED`): ``breaker.reset``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from shared.kernel.errors import Invalid
+from shared.kernel.errors import Invalid, StewardError
 from shared.kernel.ports import Record
-from shared.kernel.steps import Transition, finish, settle
+from shared.kernel.steps import Publication, Transition, finish, settle
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -45,6 +53,7 @@ KIND = "command"
 REQUESTED, APPLIED, REJECTED = "requested", "applied", "rejected"
 ACTIVE_STATES = frozenset({REQUESTED})
 TERMINAL_STATES = frozenset({APPLIED, REJECTED})
+REJECTED_EVENT = "Steward.Command.Rejected"
 BREAKER_RESET = "breaker.reset"
 ALLOWED: frozenset[str] = frozenset({BREAKER_RESET})
 MAX_AGE_S = 3600.0
@@ -97,9 +106,32 @@ def request(ledger: LedgerPort, *, command: str, by: str, reason: str, now: floa
     return ledger.create(record)
 
 
+def _claimed(value: Any) -> str:
+    """A value of the row as it may be shown in an event: text, at most 128 characters, on one line."""
+    return "".join(c if c.isprintable() else " " for c in str(value))[:128] if value is not None else ""
+
+
 def _reject(record: Record, *, now: float, reason: str) -> Transition:
     log.warning("command %s rejected: %s", record.id, reason)
-    return finish(record, REJECTED, now=now, note=reason, rejected_because=reason, finished_at=now)
+    done = finish(record, REJECTED, now=now, note=reason, rejected_because=reason, finished_at=now)
+    return done.publish(REJECTED_EVENT, f"commands/{record.id}", {
+        "command_record": record.id, "reason": reason, "state_written": _claimed(record.state),
+        "command": _claimed(record.data.get("command")), "by": _claimed(record.data.get("by"))})
+
+
+def publisher(ctx: Context) -> Callable[[Publication], None]:
+    """Publish a command's event through ``ctx.events``, best effort (the record is the audit trail); the
+    id is derived from the record and the event, so a step repeated after a crash publishes the same id."""
+
+    def publish(event: Publication) -> None:
+        key = f"{event.data.get('command_record')}|{event.event_type}"
+        try:
+            ctx.events.publish(type_=event.event_type, subject=f"{ctx.settings.event_source}/{event.subject}",
+                               data=event.data, id_=hashlib.sha256(key.encode()).hexdigest())
+        except StewardError as exc:
+            log.warning("could not publish %s: %s", event.event_type, exc)
+
+    return publish
 
 
 def step_requested(record: Record, ctx: Context, *, now: float, policy: None = None) -> Transition:
@@ -128,15 +160,15 @@ def step_requested(record: Record, ctx: Context, *, now: float, policy: None = N
 
 
 def advance(record: Record, ctx: Context) -> Record:
-    """The reconciler's step (the breaker publishes its own Reset event; the command publishes none)."""
-    return settle(step_requested(record, ctx, now=ctx.clock.now()), lambda _event: None)
+    """The reconciler's step (the breaker publishes its own Reset event; a rejection publishes Rejected)."""
+    return settle(step_requested(record, ctx, now=ctx.clock.now()), publisher(ctx))
 
 
 def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
     """The reconciler's hook for a command whose application keeps failing: ``rejected`` with why."""
     if record.state in TERMINAL_STATES:
         return record
-    return _reject(record, now=ctx.clock.now(), reason=reason).record
+    return settle(_reject(record, now=ctx.clock.now(), reason=reason), publisher(ctx))
 
 
 def view(record: Record) -> dict[str, Any]:
@@ -147,4 +179,4 @@ def view(record: Record) -> dict[str, Any]:
             "outcome": d.get("rejected_because") if record.state == REJECTED else (d.get("result") or {})}
 
 
-__all__ = ["ACTIVE_STATES", "ALLOWED", "KIND", "Command", "advance", "give_up", "parse", "request", "view"]
+__all__ = ["ACTIVE_STATES", "ALLOWED", "KIND", "REJECTED_EVENT", "Command", "advance", "give_up", "parse", "request", "view"]

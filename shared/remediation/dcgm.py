@@ -1,37 +1,43 @@
-"""DCGM error counters read from Azure Monitor managed Prometheus: the third fault signal (issue 13).
+"""DCGM error counters read from Azure Monitor managed Prometheus: the third fault signal.
 
 Clusters that send dcgm-exporter's metrics to an Azure Monitor workspace are configured in
-SIGNALS_PROMETHEUS (:mod:`shared.remediation.dcgm_config`). Two entry points, one judgement:
+SIGNALS_PROMETHEUS (:mod:`shared.remediation.dcgm_config`). Three entry points, one judgement:
 
 - :func:`sweep` (called by :mod:`shared.remediation.sweep` every sweep) sends ONE instant query per
-  workspace (:func:`signal_policy.dcgm_query`; clusters sharing a workspace are told apart by their
-  cluster label), maps each series to its node, judges each node's readings with the policy tables
-  (:func:`judge`) and returns the faults to publish as ``Steward.GpuNode.Unhealthy`` events;
+  (workspace, exporter) for the raw series, keeps only those with the shape their exporter's scrape
+  gives (:mod:`shared.remediation.dcgm_provenance`), maps each to a node that the cluster's API server
+  lists, judges each node's readings with the policy tables (:func:`judge`) and returns the faults to
+  publish as ``Steward.GpuNode.Unhealthy`` events;
 - :func:`recheck` (called by :func:`shared.remediation.admission.handle_event` for an event whose
-  ``data.signal`` is ``dcgm``) re-queries that one node and judges again: the event alone is never
-  trusted. What it finds goes to :func:`admission.admit_signal`, the path every fault takes.
+  ``data.signal`` is ``dcgm``) re-reads that one node over the target's window (every sample, every
+  copy) and judges again: the event alone is never trusted; what it finds goes to
+  :func:`admission.admit_signal`, the path every fault takes;
+- :func:`still_present` (called before every disruptive step of a DCGM remediation) asks the same.
 
 Why it is built this way:
 
-- **Debouncing like the conditions.** A condition must be True for its threshold before it is acted
-  on; a DCGM fault must likewise be seen by two sweeps at least the threshold apart
-  (``RemediationPolicy.threshold_for(key)``). The first sighting of each signal key on a node (``Xid79``,
-  ``DCGM_FI_DEV_ROW_REMAP_FAILURE``...) is kept in the ledger, in one ``dcgm-node`` row per node, so that
-  every host agrees on it; it is the fault's ``since``, hence its fault id (``records.fault_id``), so one
-  fault is remediated once. A key no longer seen is forgotten: if it comes back, it is a new fault.
-- **The lifetime DBE counter** (``DCGM_FI_DEV_ECC_DBE_AGG_TOTAL``) says nothing about now by its level:
-  its baseline per GPU is kept in the same row (ETag-guarded writes, never process memory). First
-  sight sets the baseline and publishes nothing (the count is history); growth over it is a fault,
-  until an admission handled that fault: then the baseline moves up to the value.
-- **Nothing is inferred from missing data.** A workspace that fails (outage, 4xx, a partial answer:
-  the adapter raises on ``warnings``) is reported in the sweep's errors and contributes nothing: no
-  fault, no breaker observation, no forgetting of first sightings. A node without series is skipped
-  the same way: neither healthy nor faulty.
-- **Restart, then replace.** For a ``restart_then_replace`` row, :func:`recheck` escalates to
-  ``replace`` when an earlier DCGM remediation of the node already restarted it and ended ``done``
-  within BUDGET_NODE_ATTEMPT_WINDOW_S: the fault came back after a reset, which NVIDIA's catalogue
-  reads as hardware (docs/signals-dcgm.md). The repair's own verification reads the node (Ready, NPD
-  conditions, allocatable GPUs): a fault that only DCGM sees is judged again by the next sweeps.
+- **Provenance before anything.** A series counts only if it has its exporter's shape (job, labels,
+  namespace), names a node the cluster's API server lists as a GPU node with a GPU of that index, and,
+  once it shows a fault, that node passed the ARM check (shared.fleet.node_truth). Everything else is
+  counted, reported once a day per workspace and code (shared.remediation.dcgm_reports), and never
+  written to the ledger nor fed to the breaker: a thousand invented node names cost nothing.
+- **Copies must agree.** Several accepted series for one (node, GPU, counter) are folded with ``min``:
+  a fault counts only when every copy shows it. Before acting, the window query asks the lowest value
+  of every sample in ``windowSeconds``, so a forged copy interleaved with the exporter's own healthy
+  samples never crosses it.
+- **Debouncing like the conditions.** A fault must be seen by two sweeps at least its threshold apart
+  (``RemediationPolicy.threshold_for(key)``). The first sighting of each key on a node (``Xid79``,
+  ``DCGM_FI_DEV_ROW_REMAP_FAILURE``...) is kept in one ``dcgm-node`` row per node (ETag-guarded), the
+  fault's ``since`` and so its fault id (``records.fault_id``). A key no longer seen is forgotten.
+- **The lifetime DBE counter** says nothing about now by its level: its baseline per GPU is kept in the
+  same row; growth over it is a fault until an admission handled it.
+- **Only what exists by default is relied upon.** The managed exporter exports only the default CSV's
+  counters; rows needing others are inactive for that cluster and said so (dcgm_reports).
+- **Nothing is inferred from missing data.** A workspace that fails (outage, 4xx, a partial answer) or
+  a cluster whose nodes could not be listed contributes nothing this sweep.
+- **Restart, then replace.** For a ``restart_then_replace`` row, :func:`recheck` escalates to ``replace``
+  when an earlier DCGM remediation of the node already restarted it and ended ``done`` within
+  BUDGET_NODE_ATTEMPT_WINDOW_S (NVIDIA's catalogue reads a repeat after a reset as hardware).
 """
 
 from __future__ import annotations
@@ -43,29 +49,22 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared.fleet import scope
-from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound, StewardError
-from shared.kernel.ports import Record, Sample
-from shared.kernel.timefmt import iso, parse_time
-from shared.remediation import admission, health
+from shared.fleet import gpu_sizes
+from shared.kernel.errors import Conflict, StewardError
+from shared.kernel.ports import NodeView, Record, Sample
+from shared.remediation import admission, attempts, dcgm_reports, health
+from shared.remediation import dcgm_provenance as prov
 from shared.remediation import signal_policy as sp
 from shared.remediation.dcgm_config import PrometheusTarget
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
-    ACTIVE_STATES,
     DEDUPE_KIND,
-    KIND,
-    NODE_KIND,
-    NodeData,
-    RemediationData,
-    Rung,
-    State,
     decode,
     fault_id,
     node_key,
     to_data,
 )
-from shared.remediation.signals import Signal, SignalSource
+from shared.remediation.signals import SignalSource
 
 if TYPE_CHECKING:
     from shared.kernel.context import Context
@@ -75,6 +74,7 @@ log = logging.getLogger("steward.dcgm")
 DCGM_KIND = "dcgm-node"
 _MAX_ATTEMPT_IDS = 50  # a node's remediations are few (BUDGET_NODE_MAX_ATTEMPTS in a window); a bound all the same
 SIGNAL = str(SignalSource.DCGM)
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
 
 class DcgmNodeData(msgspec.Struct, kw_only=True):
@@ -157,10 +157,15 @@ class DcgmSweep:
     observations: dict[str, float] = field(default_factory=dict)  # node key -> earliest since (breaker)
     errors: list[str] = field(default_factory=list)
     next_check: float | None = None
+    refused: dcgm_reports.Refusals = field(default_factory=dcgm_reports.Refusals)
+    contested: int = 0
+    inactive: dict[str, list[str]] = field(default_factory=dict)  # cluster -> counters its exporter lacks
+    expired: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {"workspaces": self.workspaces, "nodes": self.nodes, "faults": len(self.faults),
-                "pending": self.pending, "errors": list(self.errors)}
+                "pending": self.pending, "errors": list(self.errors), "refused": dict(self.refused.counts),
+                "contested": self.contested, "inactive": dict(self.inactive), "expired": self.expired}
 
 
 # --------------------------------------------------------------------------- judging readings
@@ -201,29 +206,50 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-def readings_by_node(samples: Sequence[Sample], targets: Sequence[PrometheusTarget]) -> dict[tuple[str, str], list[Reading]]:
-    """(cluster id, node) -> readings, for the series of ``targets``' clusters (any other series is not ours)."""
+def readings_by_node(samples: Sequence[Sample], targets: Sequence[PrometheusTarget], *, metric: str | None = None,
+                     refused: dcgm_reports.Refusals | None = None) -> tuple[dict[tuple[str, str], list[Reading]], int]:
+    """(cluster id, node) -> readings of the series that pass :func:`dcgm_provenance.check` (the others
+    counted in ``refused``), copies of one (node, GPU, metric) folded with ``min``; and how many such
+    groups had copies that disagreed."""
     if not targets:
-        return {}
-    node_label, cluster_label = targets[0].node_label, targets[0].cluster_label
-    by_value = {t.cluster_value: t.cluster_id for t in targets}
-    only = targets[0].cluster_id if len(targets) == 1 and not cluster_label else None
-    out: dict[tuple[str, str], list[Reading]] = {}
+        return {}, 0
+    folded: dict[tuple[str, str, str, str], list[float]] = {}
     for s in samples:
-        node = s.labels.get(node_label, "")
-        cluster = only or by_value.get(s.labels.get(cluster_label, ""))
-        metric = s.labels.get("__name__", "")
-        if not node or cluster is None or metric not in sp.QUERY_METRICS:
+        verdict = prov.check(s.labels, targets, metric=metric)
+        if isinstance(verdict, prov.Refused):
+            if verdict.code == prov.UNKNOWN_CLUSTER:
+                continue  # another cluster's series in a shared workspace: not ours, not a fault of anyone's
+            if refused is not None:
+                refused.add(verdict.code, f"{_show(s.labels)}: {verdict.why}")
             continue
-        out.setdefault((cluster, node), []).append(Reading(metric, s.labels.get("gpu", "?"), float(s.value)))
-    return out
+        if verdict.metric not in prov.POLICY_METRICS:
+            continue
+        folded.setdefault((verdict.cluster_id, verdict.node, verdict.gpu, verdict.metric), []).append(float(s.value))
+    out: dict[tuple[str, str], list[Reading]] = {}
+    contested = 0
+    for (cluster, node, gpu, name), values in sorted(folded.items()):
+        if len(set(values)) > 1:
+            contested += 1
+        out.setdefault((cluster, node), []).append(Reading(name, gpu, min(values)))
+    return out, contested
 
 
-def _query(target: PrometheusTarget, node: str | None = None) -> str:
-    where = None
-    if node is not None:
-        where = {target.node_label: node, **({target.cluster_label: target.cluster_value} if target.cluster_label else {})}
-    return sp.dcgm_query(target.node_label, cluster_label=target.cluster_label, where=where)
+def _show(labels: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))[:600] + "}"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the sweep's listing says of a GPU node: its size's GPU count (None: unknown size) and whether
+    AKS's managed exporter runs on it."""
+
+    gpus: int | None
+    exporter: bool
+
+
+def node_facts(node: NodeView) -> NodeFacts:
+    size = gpu_sizes.lookup(node.labels.get(INSTANCE_TYPE, "") or "")
+    return NodeFacts(size.gpus if size is not None else None, prov.runs_managed_exporter(node.labels))
 
 
 # --------------------------------------------------------------------------- the ledger row
@@ -244,27 +270,36 @@ def _store(ctx: Context, rec: Record | None, data: DcgmNodeData, *, now: float) 
     return True
 
 
-def _handling(ctx: Context, cluster: str, node: str, fault: str) -> str:
-    """``""`` when no admission took ``fault``; ``"active"`` while its remediation runs; ``"ended"`` after."""
-    rec = ctx.ledger.get(NODE_KIND, node_key(cluster, node))
-    nd = decode(rec.data, NodeData) if rec is not None else None
-    if nd is None or fault not in nd.faults:
-        return ""
-    attempt = next((a for a in reversed(nd.attempts) if a.fault == fault), None)
-    remediation = ctx.ledger.get(KIND, attempt.id) if attempt is not None else None
-    return "active" if remediation is not None and remediation.state in ACTIVE_STATES else "ended"
-
-
 # --------------------------------------------------------------------------- the sweep
-def sweep(ctx: Context, clusters: Iterable[Any], *, policy: RemediationPolicy) -> DcgmSweep:
-    """One query per workspace for the ``clusters`` in scope that have one configured; see the module docstring."""
+@dataclass
+class _Group:
+    """One query's worth: the targets of one (workspace, exporter), their clusters and known nodes."""
+
+    targets: list[PrometheusTarget]
+    clusters: dict[str, Any]  # lower-case id -> ClusterInfo
+    verified: int = 0
+
+
+def sweep(ctx: Context, clusters: Iterable[Any], *, policy: RemediationPolicy,
+          known: Mapping[str, Mapping[str, NodeFacts]]) -> DcgmSweep:
+    """One query per (workspace, exporter) for the ``clusters`` in scope that have one configured.
+
+    ``known``: lower-case cluster id -> {GPU node name: its facts} as the sweep listed them; a
+    cluster missing from it (its listing failed) is not judged this sweep."""
     result = DcgmSweep()
     configured = ctx.settings.signals_prometheus
-    groups: dict[tuple[str, str, str], list[PrometheusTarget]] = {}
+    groups: dict[tuple[str, ...], _Group] = {}
+    now = ctx.clock.now()
     for cluster in clusters:
         target = configured.get(str(cluster.id).lower())
-        if target is not None:
-            groups.setdefault(target.group, []).append(target)
+        if target is None:
+            continue
+        group = groups.setdefault(target.group, _Group([], {}))
+        group.targets.append(target)
+        group.clusters[target.cluster_id.lower()] = cluster
+        if target.inactive:
+            result.inactive[target.cluster_id] = list(target.inactive)
+            dcgm_reports.report_inactive(ctx, target, now=now)
     if not groups:
         return result
     try:
@@ -272,36 +307,117 @@ def sweep(ctx: Context, clusters: Iterable[Any], *, policy: RemediationPolicy) -
     except StewardError as exc:
         result.errors.append(f"dcgm: reading the {DCGM_KIND} rows: {exc}")
         return result
-    for targets in groups.values():
+    for group in groups.values():
         result.workspaces += 1
-        endpoint = targets[0].endpoint
+        endpoint = group.targets[0].endpoint
+        metrics = [m for t in group.targets for m in t.counters]
         try:
-            samples = ctx.access.metrics(endpoint).query(_query(targets[0]))
+            samples = ctx.access.metrics(endpoint).query(prov.sweep_query(group.targets[0], metrics))
         except StewardError as exc:  # outage, 4xx, partial answer: this workspace tells nothing this sweep
             result.errors.append(f"dcgm {endpoint}: {type(exc).__name__}: {exc}")
             log.warning("DCGM query to %s failed, nothing inferred: %s", endpoint, exc)
             continue
-        for (cluster_id, node), readings in sorted(readings_by_node(samples, targets).items()):
+        refused = dcgm_reports.Refusals()
+        by_node, contested = readings_by_node(samples, group.targets, refused=refused)
+        result.contested += contested
+        for (cluster_id, node), readings in sorted(by_node.items()):
+            nodes = known.get(cluster_id.lower())
+            if nodes is None:
+                continue  # its nodes could not be listed this sweep: nothing inferred
+            if node not in nodes:
+                refused.add(prov.PHANTOM_NODE, f"{node} in {cluster_id.rsplit('/', 1)[-1]}: no such GPU node")
+                continue
+            facts = nodes[node]
+            if group.targets[0].exporter == "managed" and not facts.exporter:
+                refused.add(prov.NO_EXPORTER, f"{node}: AKS's managed exporter does not run on it (no "
+                                              f"{prov.EXPORTER_NODE_LABEL}=enabled): nobody genuine writes its series")
+                continue
+            count = facts.gpus
+            bad = sorted({r.gpu for r in readings if count is not None and int(r.gpu) >= count})
+            if bad:
+                refused.add(prov.BAD_GPU, f"{node}: GPU {', '.join(bad)} beyond its size's {count}")
+                readings = [r for r in readings if r.gpu not in bad]
             result.nodes += 1
             try:
-                _sweep_node(ctx, cluster_id, node, readings, rows.get(node_key(cluster_id, node)),
-                            policy=policy, result=result)
+                _sweep_node(ctx, group, cluster_id, node, readings, rows.get(node_key(cluster_id, node)),
+                            policy=policy, result=result, refused=refused)
             except StewardError as exc:
                 result.errors.append(f"dcgm {cluster_id}/{node}: {type(exc).__name__}: {exc}")
+        result.refused.merge(refused)
+        dcgm_reports.report_refused(ctx, endpoint, refused, now=now)
+    result.expired = dcgm_reports.expire(ctx, rows.values(), known=known, now=now,
+                                         retention_s=policy.dcgm_row_retention_s)
     return result
 
 
-def _sweep_node(ctx: Context, cluster_id: str, node: str, readings: list[Reading], rec: Record | None, *,
-                policy: RemediationPolicy, result: DcgmSweep) -> None:
+def _confirmed(ctx: Context, group: _Group, cluster_id: str, node: str, due: list[Observed], *,
+               refused: dcgm_reports.Refusals, result: DcgmSweep) -> list[Observed]:
+    """The due faults that hold in every sample and copy over the window (the admission's own question,
+    asked before anything is published): a forged copy interleaved with the exporter's healthy samples
+    is counted ``contested`` here and never becomes an Unhealthy event."""
+    from shared.remediation.dcgm_recheck import window_readings  # it builds on this module
+
+    target = next(t for t in group.targets if t.cluster_id.lower() == cluster_id.lower())
+    try:
+        readings = window_readings(ctx, target, node)
+    except StewardError as exc:
+        result.errors.append(f"dcgm {cluster_id}/{node}: window: {type(exc).__name__}: {exc}")
+        return []  # nothing inferred: judged again next sweep
+    row = _load(None, cluster_id, node)
+    held = {o.key for o in judge(readings, baselines=row.baselines, overrides=ctx.settings.xid_overrides)[0]}
+    for o in due:
+        if o.key not in held and o.metric != sp.DBE_AGGREGATE:
+            result.contested += 1
+            refused.add(prov.CONTESTED, f"{node}: {o.key} shows in the instant sample but not in every sample and "
+                                        f"copy of the last {target.window_s:.0f}s")
+    return [o for o in due if o.key in held or o.metric == sp.DBE_AGGREGATE]
+
+
+def _verified(ctx: Context, group: _Group, cluster_id: str, node: str, *, policy: RemediationPolicy,
+              refused: dcgm_reports.Refusals) -> NodeView | None:
+    """The node, if it exists and ARM agrees it is a GPU node of the cluster; within the sweep's cap."""
+    if group.verified >= policy.dcgm_max_nodes:
+        refused.add(prov.OVER_CAP, f"{node}: more than {policy.dcgm_max_nodes} faulty nodes in one sweep "
+                                   f"(SIGNALS_DCGM_MAX_NODES); judged in a later sweep")
+        return None
+    group.verified += 1
+    view = ctx.access.kube(cluster_id).get_node(node)
+    if view is None:
+        refused.add(prov.PHANTOM_NODE, f"{node}: gone from the API server")
+        return None
+    verdict = admission.judge_node(ctx, group.clusters[cluster_id.lower()], view)
+    if not verdict.ok:
+        refused.add(prov.UNVERIFIED_NODE, f"{node}: {verdict.code}: {verdict.reason}")
+        return None
+    return view
+
+
+def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, readings: list[Reading],
+                rec: Record | None, *, policy: RemediationPolicy, result: DcgmSweep,
+                refused: dcgm_reports.Refusals) -> None:
     now = ctx.clock.now()
     data = _load(rec, cluster_id, node)
     observed, baselines = judge(readings, baselines=data.baselines, overrides=ctx.settings.xid_overrides)
+    view: NodeView | None = None
+    if observed:
+        view = _verified(ctx, group, cluster_id, node, policy=policy, refused=refused)
+        if view is None:
+            return  # nothing of an unverified node is remembered or counted
+    elif rec is None:
+        if baselines == data.baselines:
+            return  # a healthy node with nothing to remember: no row
+        # a lifetime count's first baseline (only exporters that export it): written for a verified node only
+        view = _verified(ctx, group, cluster_id, node, policy=policy, refused=refused)
+        if view is None:
+            return
     seen = {o.key: data.seen.get(o.key, now) for o in observed}  # a key no longer seen is forgotten
     for o in observed:
-        handling = _handling(ctx, cluster_id, node, fault_id(cluster_id, node, o.key, data.seen[o.key])) \
+        handling = attempts.handling(ctx, cluster_id, node, fault_id(cluster_id, node, o.key, data.seen[o.key])) \
             if o.key in data.seen else ""
+        if o.metric == sp.DBE_AGGREGATE and handling == "active":
+            continue  # its remediation runs: the growth stays visible to the re-reads before each of its steps
         if o.metric == sp.DBE_AGGREGATE and handling:
-            # an admission took the growth: it is the new normal for this GPU
+            # the remediation of that growth ended: it is the new normal for this GPU
             baselines.update({r.gpu: r.value for r in readings if r.metric == sp.DBE_AGGREGATE})
             del seen[o.key]
         elif handling == "ended":
@@ -317,126 +433,20 @@ def _sweep_node(ctx: Context, cluster_id: str, node: str, readings: list[Reading
             continue
         since = seen[o.key]
         crosses = since + policy.threshold_for(o.key)
-        if o.acts:
-            key = node_key(cluster_id, node)
-            result.observations[key] = min(since, result.observations.get(key, since))
         if now >= crosses:
             due.append(o)
         else:
             result.pending += 1
             result.next_check = crosses if result.next_check is None else min(result.next_check, crosses)
-    if not due:
+    if not due or view is None:
         return
-    view = ctx.access.kube(cluster_id).get_node(node)
-    if view is None:
-        return  # the series outlived its node (scrape lag): nothing to publish
+    due = _confirmed(ctx, group, cluster_id, node, due, refused=refused, result=result)
+    for o in due:  # the breaker counts a fault only once its window confirms it, never a pending sighting
+        if o.acts:
+            key = node_key(cluster_id, node)
+            result.observations[key] = min(seen[o.key], result.observations.get(key, seen[o.key]))
     for o in due:
         if not o.acts and ctx.ledger.get(DEDUPE_KIND, f"recorded-{fault_id(cluster_id, node, o.key, seen[o.key])}"):
             continue  # a record_only row, already recorded by admission: nothing more to say
         result.faults.append(DcgmFault(cluster=cluster_id, node=node, pool=health.pool_of(view), observed=o,
                                        since=seen[o.key]))
-
-
-# --------------------------------------------------------------------------- the admission's re-check
-def _earlier(ctx: Context, cluster_id: str, node: str, *, now: float, policy: RemediationPolicy) -> tuple[str, str]:
-    """(a remediation of the node still in progress, an earlier DCGM remediation that restarted it and
-    ended done within the attempt window), each ``""`` when none: a restart_then_replace fault seen
-    again after the latter goes to replace; while the former runs, nothing is decided (its end may be
-    the very evidence, so the next sweep's report is judged after it).
-
-    Read by record id (``<node key>-<n>``, admission's deterministic ids), not from the node row's
-    attempt list, which admission completes only after the fact when two deliveries raced."""
-    nk = node_key(cluster_id, node)
-    active = repeated = ""
-    for n in range(1, _MAX_ATTEMPT_IDS + 1):
-        earlier = ctx.ledger.get(KIND, f"{nk}-{n}")
-        if earlier is None:
-            break
-        if earlier.state in ACTIVE_STATES:
-            active = earlier.id
-        if earlier.state != State.DONE or now - earlier.created_at > policy.attempt_window_s:
-            continue
-        d = decode(earlier.data, RemediationData)
-        if d.signal == SIGNAL and not d.dry_run and Rung.RESTART in d.ladder[: d.rung_index + 1]:
-            repeated = earlier.id
-    return active, repeated
-
-
-def escalate(decision: sp.Decision, repeated_by: str) -> sp.Decision:
-    """``restart_then_replace`` seen again after a restart: ``replace``, naming the row and the earlier repair."""
-    if decision.action != sp.RESTART_THEN_REPLACE or not repeated_by:
-        return decision
-    return sp.Decision(sp.REPLACE, f"{decision.row}:repeat", decision.source,
-                       f"seen again after remediation {repeated_by} restarted the node: {decision.note}")
-
-
-#: How much a decision asks for: when a node shows several faults, the one that asks the most is acted on.
-_SEVERITY: Mapping[str, int] = {sp.IGNORE: 0, sp.RECORD_ONLY: 1, sp.RESTART: 2, sp.RESTART_THEN_REPLACE: 3,
-                                sp.REPLACE: 4}
-
-
-def _ignored(detail: str) -> admission.Handled:
-    return admission.Handled(admission.Handling.IGNORED, f"ignored: {detail}")
-
-
-def recheck(ctx: Context, data: Mapping[str, Any], *, event_id: str, observed_at: float) -> admission.Handled:
-    """Re-read one node's counters from its workspace and admit (or record) what they show now.
-
-    Raises only Throttled/Transient (the workspace is unavailable or answered in part): Event Grid
-    delivers again later, and nothing is decided from an answer that is not whole."""
-    cluster_id, node_name = str(data.get("cluster") or ""), str(data.get("node") or "")
-    key, since = str(data.get("condition") or ""), parse_time(data.get("since") or None)
-    if not cluster_id or not node_name or not key or since is None:
-        return _ignored("malformed DCGM event (needs data.cluster, node, condition, since)")
-    target = ctx.settings.signals_prometheus.get(cluster_id.lower())
-    if target is None:
-        return _ignored(f"cluster {cluster_id} has no workspace in SIGNALS_PROMETHEUS")
-    try:
-        cluster = ctx.access.aks().get_cluster(cluster_id)
-    except (NotFound, Forbidden) as exc:
-        return _ignored(f"cluster {cluster_id} cannot be read ({exc})")
-    ok, why = scope.cluster_in_scope(cluster, ctx.settings)
-    if not ok:
-        return _ignored(f"cluster {cluster_id} is out of scope ({why})")
-    policy = admission.policy_of(ctx)
-    now = ctx.clock.now()
-    node = ctx.access.kube(cluster.id).get_node(node_name)
-    if node is None:
-        return _ignored(f"node {node_name} no longer exists")
-    skipped = next((r for _, r in health.evaluate([node], now=now, policy=policy).skipped), None)
-    if skipped and skipped != health.SKIP_OPTED_OUT:  # opted out: admission refuses it, as for a condition
-        return _ignored(f"node {node_name} is skipped ({skipped})")
-    try:
-        samples = ctx.access.metrics(target.endpoint).query(_query(target, node_name))
-    except (Forbidden, Invalid, NotFound) as exc:
-        return _ignored(f"the workspace cannot be read ({exc}): nothing inferred")
-    readings = readings_by_node(samples, [target]).get((target.cluster_id, node_name), [])
-    if not readings:
-        return _ignored(f"no DCGM series for {node_name}: nothing inferred")
-    row = _load(ctx.ledger.get(DCGM_KIND, node_key(cluster_id, node_name)), cluster_id, node_name)
-    observed, _ = judge(readings, baselines=row.baselines, overrides=ctx.settings.xid_overrides)
-    found = next((o for o in observed if o.key == key), None)
-    first = row.seen.get(key)
-    if found is None or first is None:
-        return _ignored(f"{key} no longer shows on {node_name}")
-    if first > since + 1.0:
-        return _ignored(f"stale event ({key} cleared and came back at {iso(first)})")
-    if now < first + policy.threshold_for(key):
-        return _ignored(f"{key} on {node_name} has not been seen for its threshold yet")
-    active, repeated = _earlier(ctx, cluster.id, node_name, now=now, policy=policy)
-    if active and found.acts:
-        return admission.Handled(admission.Handling.DUPLICATE, f"duplicate: remediation {active} is in progress on "
-                                                               f"{node_name}; {key} is judged again after it")
-    decision = escalate(found.decision, repeated)
-    worst = max(((escalate(o.decision, repeated), o.key) for o in observed if o.key in row.seen),
-                key=lambda c: _SEVERITY.get(c[0].action, 0))
-    if _SEVERITY.get(worst[0].action, 0) > _SEVERITY.get(decision.action, 0):
-        # One remediation per node: the fault that asks the most decides it (its own event admits it),
-        # so an ECC storm's pending remap (restart) never takes the turn of its XID 48 (restart, then replace).
-        return _ignored(f"{worst[1]} on {node_name} asks for more ({worst[0].action}) than {key}: its event decides")
-    log.info("DCGM re-check of %s/%s: %s -> %s (row %s%s)", cluster.id, node_name, key, decision.action, decision.row,
-             f"; repeat of {repeated}" if repeated else "")
-    signal = Signal(source=SignalSource.DCGM, key=key, since=first, decision=decision,
-                    detail=Observed(found.key, found.metric, found.value, found.gpus, decision).detail())
-    return admission.admit_signal(ctx, cluster=cluster, node=node, signal=signal, event_id=event_id,
-                                  observed_at=observed_at)

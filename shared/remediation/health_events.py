@@ -20,9 +20,17 @@ may be late, duplicated or already outdated. So :func:`handle`:
    providerID must name the same VM (for NAP, the Karpenter node whose providerID names it, on a cluster
    ARM says provisions nodes automatically);
 4. re-reads the VM's availability from Resource Health (``ComputePort.get_availability``) and acts only
-   when it confirms the event: a row that acts needs ARM to say Degraded or Unavailable now;
+   when it confirms the event (:func:`confirmation`): a row that acts needs ARM to say Degraded or
+   Unavailable now **and** to class it as the row's annotation is classed (its Context / Category on the
+   annotations page: Platform Initiated / Unplanned for every acting row), so a customer-initiated restart
+   (Unavailable, Customer Initiated) never confirms a degraded-host annotation;
 5. hands a :class:`Signal` to :func:`shared.remediation.admission.admit_signal`: the same checks, budgets,
-   breaker, ledger and one-remediation-per-node as a condition fault; record-only rows are recorded once.
+   breaker, ledger and one-remediation-per-node as a condition fault; record-only rows are recorded once;
+6. raises an annotation the table does not name (:data:`UNKNOWN_ANNOTATION_EVENT`, once per name per UTC day,
+   and a warning) besides recording it: a name Azure added to the page must get a row, not vanish.
+
+:func:`still_present` is the same confirmation for a step about to disrupt a node: the fault a
+remediation was admitted for, re-read from Resource Health now.
 
 Anything that does not resolve is IGNORED (nothing touched, one log line) or, once the node is known,
 REFUSED with the usual refusal event. Transport errors (Throttled/Transient) propagate: Event Grid
@@ -31,20 +39,24 @@ delivers again later.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from shared.fleet import gpu_sizes, node_truth, scope
-from shared.kernel.errors import Forbidden, NotFound
-from shared.kernel.ports import AvailabilityView, ClusterInfo, KubePort, NodeView
+from shared.kernel.errors import Conflict, Forbidden, NotFound, StewardError
+from shared.kernel.ports import AvailabilityView, ClusterInfo, KubePort, NodeView, Record
 from shared.kernel.timefmt import iso, parse_time
 from shared.remediation import health, signal_policy
 from shared.remediation.admission import Handled, Handling, admit_signal, refuse
-from shared.remediation.records import fault_id
+from shared.remediation.records import DEDUPE_KIND, fault_id, subject
+from shared.remediation.signal_policy import HealthRow, class_key
 from shared.remediation.signals import Signal, SignalSource
 
 if TYPE_CHECKING:
@@ -56,6 +68,15 @@ KEY_PREFIX = "ResourceHealth/"
 """Signal keys: ``ResourceHealth/<availabilityState>`` or ``ResourceHealth/<annotationName>``."""
 #: The states a row that acts needs ARM to report now (Degraded or down: the platform still sees trouble).
 CONFIRMING_STATES = frozenset({"Degraded", "Unavailable"})
+#: Raised (besides the usual SignalRecorded) for an annotation no row names, once per name per UTC day.
+UNKNOWN_ANNOTATION_EVENT = "Steward.Signal.UnknownAnnotation"
+#: ``reasonType`` (the spec's ReasonTypeValues) as a class, when ARM sends no context / category.
+_REASON_CLASSES: Mapping[str, tuple[str, str]] = {
+    "unplanned": (signal_policy.PLATFORM_INITIATED, signal_policy.UNPLANNED),
+    "planned": (signal_policy.PLATFORM_INITIATED, signal_policy.PLANNED),
+    "userinitiated": (signal_policy.CUSTOMER_INITIATED, signal_policy.NOT_APPLICABLE),
+}
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 
 _VMSS_VM = re.compile(r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
                       r"virtualMachineScaleSets/[^/]+/virtualMachines/[^/]+$", re.IGNORECASE)
@@ -164,6 +185,9 @@ def handle(event: Mapping[str, Any], ctx: Context) -> Handled:
     if not node.provider_id or node_truth.vm_of_provider_id(node.provider_id).lower() != vm.lower():
         return refuse(ctx, info, node_truth.PROVIDER_ID_MISMATCH,
                        f"node {node.name} says its VM is {node.provider_id or '(none)'}, ARM says {vm}", warn=(kube, node))
+    if decision.row == signal_policy.UNKNOWN_ANNOTATION_ROW:
+        raise_unknown_annotation(ctx, annotation=str(props.annotation_name), info=info, vm=vm, node=node,
+                                 claimed=(props.context, props.category))
     try:
         now_state = ctx.access.compute().get_availability(vm)
     except NotFound:
@@ -172,9 +196,11 @@ def handle(event: Mapping[str, Any], ctx: Context) -> Handled:
         log.warning("cannot re-read the availability of %s (%s): not acting on the event alone", vm, error)
         return Handled(Handling.IGNORED, f"ignored: availability of {vm} unreadable ({error}); the event alone is not "
                                          "trusted")
-    decision = confirmed(decision, now_state)
+    row = signal_policy.health_row(key[len(KEY_PREFIX):])
+    row = row if row is not None and row.id == decision.row else None  # the row that matched, not a namesake
+    decision = confirmed(decision, now_state, row=row)
     what = props.availability_state if etype == signal_policy.AVAILABILITY_CHANGED else props.annotation_name
-    detail = (f"Resource Health {what} on {vm} at {props.occurred_time}; ARM now says {now_state.state}"
+    detail = (f"Resource Health {what} on {vm} at {props.occurred_time}; ARM now says {_shown(now_state)}"
               + (f" ({now_state.summary})" if now_state.summary else "") + f": {decision.note}")
     signal = Signal(source=SignalSource.RESOURCE_HEALTH, key=key, since=since, decision=decision, detail=detail)
     observed = parse_time(data.operational_info.resource_event_time or None) or parse_time(event.get("time") or None)
@@ -184,17 +210,111 @@ def handle(event: Mapping[str, Any], ctx: Context) -> Handled:
     return handled
 
 
-def confirmed(decision: signal_policy.Decision, now: AvailabilityView) -> signal_policy.Decision:
-    """The row's decision if ARM's current state confirms it; a record-only one with the reason otherwise.
+def arm_class(now: AvailabilityView) -> tuple[str, str]:
+    """The ``(context, category)`` ARM reports for the VM's current state, as :func:`class_key` keys.
 
-    A row that acts (cordon_drain, replace) needs ARM to report Degraded or Unavailable now: an event
-    about a VM that is Available again (a repair already done, a late or forged event) changes nothing.
+    Each from ARM's own fields, first present wins: ``context`` / ``category`` (models.tsp: "triggered by
+    a customer or the platform"; "planned or unplanned" when the context is the platform), then
+    ``healthEventCause`` / ``healthEventCategory`` (an availability impacting event), then ``reasonType``
+    (Unplanned, Planned: platform; UserInitiated: customer). Empty when ARM says nothing.
     """
-    if decision.action == signal_policy.RECORD_ONLY or now.state in CONFIRMING_STATES:
+    context, category = _reported_class(now)
+    return class_key(context), class_key(category)
+
+
+def _reported_class(now: AvailabilityView) -> tuple[str, str]:
+    from_reason = _REASON_CLASSES.get(class_key(now.reason_type), ("", ""))
+    return (now.context or now.health_event_cause or from_reason[0],
+            now.category or now.health_event_category or from_reason[1])
+
+
+def _shown(now: AvailabilityView) -> str:
+    context, category = _reported_class(now)
+    return f"{now.state} ({context or 'no context'} / {category or 'no category'})"
+
+
+def confirmation(row: HealthRow, now: AvailabilityView) -> tuple[bool, str]:
+    """Whether ARM's current availability confirms ``row``'s fault, and why: the state is Degraded or
+    Unavailable and its class is the row's :attr:`HealthRow.confirming_class` (page spellings compared by
+    :func:`class_key`). A VM down because someone restarted it is Unavailable, Customer Initiated: no
+    degraded-host annotation, forged, late or misrouted, is confirmed by that."""
+    want = tuple(class_key(part) for part in row.confirming_class)
+    wanted = " / ".join(row.confirming_class)
+    if now.state not in CONFIRMING_STATES:
+        return False, f"Resource Health says {_shown(now)} now, not Degraded or Unavailable"
+    if arm_class(now) != want:
+        return False, f"Resource Health says {_shown(now)} now, not {wanted}"
+    return True, f"Resource Health says {_shown(now)} now, as {row.id} is classed ({wanted})"
+
+
+def confirmed(decision: signal_policy.Decision, now: AvailabilityView, *, row: HealthRow | None) -> signal_policy.Decision:
+    """The row's decision if ARM's current state confirms it (:func:`confirmation`); a record-only one
+    with the reason otherwise. A decision that only records needs no confirmation."""
+    if decision.action == signal_policy.RECORD_ONLY:
+        return decision
+    ok, why = confirmation(row, now) if row is not None else (False, "no policy row to confirm")
+    if ok:
         return decision
     return signal_policy.Decision(signal_policy.RECORD_ONLY, decision.row, decision.source,
-                                  f"not confirmed: Resource Health says {now.state} now (the row would "
-                                  f"{decision.action}: {decision.note})")
+                                  f"not confirmed: {why} (the row would {decision.action}: {decision.note})")
+
+
+def still_present(ctx: Context, *, vm_id: str, key: str) -> tuple[bool | None, str]:
+    """Is the Resource Health fault ``key`` (a Signal key this module made: ``ResourceHealth/<state or
+    annotation>``) still on ``vm_id``, by ARM's current availability, re-read now?
+
+    ``(True, why)``: ARM still confirms it (:func:`confirmation`). ``(False, why)``: it is gone (Available,
+    Unknown, another class, the VM gone) or the table no longer acts on the key. ``(None, why)``: ARM cannot
+    be read now (throttled, transient, forbidden): neither confirmed nor cleared. ValueError for a key that
+    is not a Resource Health key (a caller's mistake).
+    """
+    if not key.startswith(KEY_PREFIX):
+        raise ValueError(f"{key!r} is not a Resource Health signal key ({KEY_PREFIX}...)")
+    name = key[len(KEY_PREFIX):]
+    row = signal_policy.health_row(name)
+    if row is None or row.action == signal_policy.RECORD_ONLY:
+        return False, f"the policy table does not act on {name!r} (any more)"
+    try:
+        now = ctx.access.compute().get_availability(vm_id)
+    except NotFound:
+        return False, f"Resource Health knows no VM {vm_id} any more"
+    except StewardError as error:
+        return None, f"availability of {vm_id} unreadable now ({type(error).__name__}: {error})"
+    return confirmation(row, now)
+
+
+def raise_unknown_annotation(ctx: Context, *, annotation: str, info: Mapping[str, Any], vm: str, node: NodeView,
+                             claimed: tuple[str, str]) -> None:
+    """Publish :data:`UNKNOWN_ANNOTATION_EVENT` for an annotation the table does not name, once per name per UTC
+    day, and log a warning (every time).
+
+    The day's marker is a ``dedupe`` row ``unknown-annotation-<day>-<first 2 hex digits of the name's sha256>``:
+    at most 256 rows a day whatever a forger sends (only an event that resolved to a fleet node gets here);
+    two names sharing a bucket on one day raise once between them (both are still logged and recorded). A
+    name that does not look like an annotation (over 128 characters, odd characters) is raised as
+    ``(malformed)``. A failed publish leaves no row: the next delivery raises it again.
+    """
+    name = annotation if _NAME.match(annotation) else "(malformed)"
+    day = time.strftime("%Y-%m-%d", time.gmtime(ctx.clock.now()))
+    rid = f"unknown-annotation-{day}-{hashlib.sha256(name.encode()).hexdigest()[:2]}"
+    log.warning("Resource Health annotation %r on %s (node %s) is in no row of the policy table: recorded only; "
+                "add a row (docs/signals-resource-health.md)", annotation[:200], vm, node.name)
+    if ctx.ledger.get(DEDUPE_KIND, rid) is not None:
+        return
+    pool = health.pool_of(node)
+    data = {"annotation": name, "cluster": info.get("cluster"), "node": node.name, "pool": pool,
+            "vm": vm, "event_id": info.get("event_id"), "since": info.get("since"), "day": day,
+            "claimed_context": claimed[0][:100], "claimed_category": claimed[1][:100],
+            "policy_row": signal_policy.UNKNOWN_ANNOTATION_ROW, "source": signal_policy.SRC_ANNOTATIONS,
+            "note": "an annotation the policy table does not name: recorded only; give it a row"}
+    try:
+        ctx.events.publish(type_=UNKNOWN_ANNOTATION_EVENT, subject=subject(str(info.get("cluster")), pool, node.name),
+                           data=data, id_=hashlib.sha256(f"{UNKNOWN_ANNOTATION_EVENT}|{rid}".encode()).hexdigest())
+    except StewardError as error:
+        log.warning("could not publish %s for %r: %s", UNKNOWN_ANNOTATION_EVENT, name, error)
+        return
+    with contextlib.suppress(Conflict):  # another instance raised it too: same event id, consumers de-duplicate
+        ctx.ledger.create(Record(kind=DEDUPE_KIND, id=rid, state="seen", data=data, created_at=ctx.clock.now()))
 
 
 # --------------------------------------------------------------------------- VM -> cluster -> node

@@ -167,7 +167,12 @@ def admitted_vm(ctx: Context, node: NodeView | None, record: Record, *, action: 
     Eviction API, and restarting, reimaging or deleting its VM would kill them.
     """
     d = load(record)
-    if node is not None and d.node_uid and node.uid != d.node_uid:
+    if not d.node_uid or not d.arm_vm_id:
+        # A row that names no node uid or no VM cannot be checked against the world: never acted on.
+        return node_truth.Verdict.refuse(node_truth.NODE_RECREATED if not d.node_uid else node_truth.NOT_A_MACHINE, (
+            f"the record names no {'node uid' if not d.node_uid else 'VM'} for {d.node}: which machine was "
+            f"admitted is unknown, so it is not {action}"))
+    if node is not None and node.uid != d.node_uid:
         return node_truth.Verdict.refuse(node_truth.NODE_RECREATED, (
             f"{d.node} is now Node uid {node.uid}, not the Node {d.node_uid} admitted and cordoned: it "
             f"re-registered (our cordon is gone, its pods were not drained): not {action}"))
@@ -175,7 +180,7 @@ def admitted_vm(ctx: Context, node: NodeView | None, record: Record, *, action: 
     cluster = aks.get_cluster(d.cluster)
     provider_id = node.provider_id if node is not None else d.provider_id
     verdict = node_truth.resolve(aks, cluster, pool_name=d.pool, node_name=d.node, provider_id=provider_id, nap=False)
-    if verdict.ok and d.arm_vm_id and verdict.vm_id.lower() != d.arm_vm_id.lower():
+    if verdict.ok and verdict.vm_id.lower() != d.arm_vm_id.lower():
         return node_truth.Verdict.refuse(node_truth.NOT_A_MACHINE, (
             f"ARM's machine {d.node} of pool {d.pool} is now VM {verdict.vm_id}, not the VM "
             f"{d.arm_vm_id} admitted: not {action}"))
@@ -190,6 +195,16 @@ def refuse_untrusted(record: Record, ctx: Context, kube: KubePort, *, now: float
                note=f"refused ({verdict.code}): {verdict.reason}; no VM was touched",
                refusal=Refusal(code=verdict.code, reason=verdict.reason),
                extra={"reason_code": verdict.code, "reason": verdict.reason})
+
+
+def block(record: Record, ctx: Context, kube: KubePort, *, now: float, code: str, reason: str,
+          what: str) -> Transition:
+    """End a remediation whose row the world does not bear out: ``blocked``, with the reason, a Blocked
+    event and a Warning on the node, and nothing touched (shared.remediation.preconditions). A cordon
+    carrying this record's marker is left for an operator, like any cordon in doubt."""
+    return end(record, ctx, kube, State.BLOCKED, now=now, event=Event.BLOCKED,
+               note=f"blocked before {what} ({code}): {reason}; nothing was touched",
+               refusal=Refusal(code=code, reason=reason), extra={"reason_code": code, "reason": reason})
 
 
 def uncordon_if_ours(kube: KubePort, record: Record) -> bool:

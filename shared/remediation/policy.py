@@ -67,6 +67,13 @@ class RemediationPolicy:
     these keys are someone else's business), ``skip_not_ready`` (REMEDIATION_SKIP_NOT_READY = true:
     NotReady nodes belong to AKS auto-repair).
 
+    GPU capacity (shared.remediation.gpu_capacity): ``gpu_capacity`` (REMEDIATION_GPU_CAPACITY = true)
+    judges whether a Ready GPU node offers as many ``nvidia.com/gpu`` as its VM size has GPUs;
+    ``gpu_startup_grace_s`` (REMEDIATION_GPU_STARTUP_GRACE_S = 600, CAPI's default ``nodeStartupTimeout``)
+    is how long a new node may take to advertise them; ``gpu_lost_threshold_s``
+    (REMEDIATION_GPU_LOST_THRESHOLD_S = 300, the conditions' default threshold) is how long a running
+    node may stay short before it is a fault.
+
     Repair: ``ladder`` (REMEDIATION_LADDER = restart,reimage,replace), ``rung_timeouts_s``
     (REMEDIATION_RUNG_TIMEOUTS, ``rung=seconds``), ``settle_s`` (REMEDIATION_SETTLE_S = 120: a rung
     is judged only after the node went through a reboot or this long passed), ``surge``
@@ -100,6 +107,9 @@ class RemediationPolicy:
     thresholds_s: Mapping[str, int] = field(default_factory=dict)
     default_threshold_s: int = 300
     startup_grace_s: int = 600
+    gpu_capacity: bool = True
+    gpu_startup_grace_s: int = 600
+    gpu_lost_threshold_s: int = 300
     busy_taints: tuple[str, ...] = DEFAULT_BUSY_TAINTS
     busy_annotations: tuple[str, ...] = DEFAULT_BUSY_ANNOTATIONS
     skip_not_ready: bool = True
@@ -123,9 +133,24 @@ class RemediationPolicy:
     poll_s: int = 20
     lease_s: int = 300
     page_size: int = 500
+    # DCGM (shared.remediation.dcgm): the nodes with a fault verified against their cluster and ARM per
+    # workspace per sweep (SIGNALS_DCGM_MAX_NODES), and how long an untouched ``dcgm-node`` row is kept
+    # (SIGNALS_DCGM_ROW_RETENTION_S).
+    dcgm_max_nodes: int = 64
+    dcgm_row_retention_s: int = 7 * 86400
     opt_out_label: str = OPT_OUT_LABEL
     paused_tag: str = PAUSED_TAG
     node_selector: str = GPU_NODE_SELECTOR
+    # No tenant holds the fleet (issue 19; docs/remediation.md, "Shares of the fleet"): one cluster's nodes
+    # count at most this share of what would open the breaker, when the fleet has more than one cluster
+    # (BREAKER_CLUSTER_SHARE_PERCENT, 100 = no cap); the nodes a sweep checks against ARM before the breaker
+    # counts them (BREAKER_VERIFY_MAX_NODES); the remediations one cluster may have in flight
+    # (BUDGET_CLUSTER_MAX_IN_FLIGHT, 0 admits nothing); and how long a drain a PodDisruptionBudget blocks
+    # keeps its fleet slot (BUDGET_BLOCKED_DRAIN_SLOT_S, 0 = until the drain ends).
+    breaker_cluster_share_percent: int = 50
+    breaker_verify_max_nodes: int = 100
+    cluster_max_in_flight: int = 3
+    blocked_drain_slot_s: int = 300
 
     def __post_init__(self) -> None:
         if not self.conditions:
@@ -160,6 +185,9 @@ class RemediationPolicy:
             thresholds_s=thresholds,
             default_threshold_s=env_int("REMEDIATION_DEFAULT_THRESHOLD_S", 300, env=env, minimum=0),
             startup_grace_s=env_int("REMEDIATION_STARTUP_GRACE_S", 600, env=env, minimum=0),
+            gpu_capacity=env_bool("REMEDIATION_GPU_CAPACITY", True, env=env),
+            gpu_startup_grace_s=env_int("REMEDIATION_GPU_STARTUP_GRACE_S", 600, env=env, minimum=0),
+            gpu_lost_threshold_s=env_int("REMEDIATION_GPU_LOST_THRESHOLD_S", 300, env=env, minimum=0),
             busy_taints=env_list("REMEDIATION_BUSY_TAINTS", DEFAULT_BUSY_TAINTS, env=env),
             busy_annotations=env_list("REMEDIATION_BUSY_ANNOTATIONS", DEFAULT_BUSY_ANNOTATIONS, env=env),
             skip_not_ready=env_bool("REMEDIATION_SKIP_NOT_READY", True, env=env),
@@ -184,4 +212,10 @@ class RemediationPolicy:
             poll_s=env_int("REMEDIATION_POLL_S", 20, env=env, minimum=1, maximum=3600),
             lease_s=env_int("REMEDIATION_NODE_LEASE_S", 300, env=env, minimum=30),
             page_size=env_int("REMEDIATION_SWEEP_PAGE_SIZE", 500, env=env, minimum=10, maximum=5000),
+            dcgm_max_nodes=env_int("SIGNALS_DCGM_MAX_NODES", 64, env=env, minimum=1, maximum=10000),
+            dcgm_row_retention_s=env_int("SIGNALS_DCGM_ROW_RETENTION_S", 7 * 86400, env=env, minimum=3600),
+            breaker_cluster_share_percent=env_int("BREAKER_CLUSTER_SHARE_PERCENT", 50, env=env, minimum=1, maximum=100),
+            breaker_verify_max_nodes=env_int("BREAKER_VERIFY_MAX_NODES", 100, env=env, minimum=1, maximum=5000),
+            cluster_max_in_flight=env_int("BUDGET_CLUSTER_MAX_IN_FLIGHT", 3, env=env, minimum=0),
+            blocked_drain_slot_s=env_int("BUDGET_BLOCKED_DRAIN_SLOT_S", 300, env=env, minimum=0),
         )

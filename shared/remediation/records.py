@@ -47,11 +47,13 @@ class State(StrEnum):
     RELEASED = "released"  # nothing left to do, or the "release" drain fallback
     FAILED = "failed"  # we are not allowed to act
     REFUSED = "refused"  # the node's identity is in doubt, or the platform is taking it away
+    BLOCKED = "blocked"  # the world does not bear the row out (no marker of ours, no admission): nothing touched
 
 
 ACTIVE_STATES: frozenset[str] = frozenset({State.ADMITTED, State.CORDONED, State.DRAINING, State.REPAIRING,
                                            State.VERIFYING})
-TERMINAL_STATES: frozenset[str] = frozenset({State.DONE, State.GAVE_UP, State.RELEASED, State.FAILED, State.REFUSED})
+TERMINAL_STATES: frozenset[str] = frozenset({State.DONE, State.GAVE_UP, State.RELEASED, State.FAILED, State.REFUSED,
+                                             State.BLOCKED})
 
 
 class Rung(StrEnum):
@@ -97,6 +99,7 @@ class Event(StrEnum):
     GAVE_UP = "GaveUp"
     FAILED = "Failed"
     DRY_RUN = "DryRun"
+    BLOCKED = "Blocked"  # a row whose preconditions the world does not prove (shared.remediation.preconditions)
     SIGNAL_RECORDED = "SignalRecorded"  # a signal whose policy row only records it (shared.remediation.signals)
 
 
@@ -172,6 +175,7 @@ class RemediationData(msgspec.Struct, kw_only=True):
     cordoned_at: float | None = None
     drain: dict[str, Any] = {}  # shared.drain's DrainState.to_data(): the drain package owns its shape
     drain_started_at: float | None = None
+    slot_released_at: float | None = None  # a drain held by a PDB gave its budget slot back (preconditions.reserve)
     drain_outcome: str = ""
     rung_entered_at: float | None = None
     rung_started_at: float | None = None

@@ -38,8 +38,8 @@ from shared.kernel.errors import (
 from shared.kernel.ports import KubePort, NodeView, PoolInfo, Record
 from shared.kernel.steps import Transition, move, stay
 from shared.kernel.timefmt import iso
-from shared.remediation import health
-from shared.remediation.ladder import admitted_vm, end, escalation_extra, next_rung, refuse_untrusted
+from shared.remediation import health, preconditions
+from shared.remediation.ladder import admitted_vm, block, end, escalation_extra, next_rung, refuse_untrusted
 from shared.remediation.notify import announce, announcement, kube_event
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
@@ -338,6 +338,9 @@ def _delete(record: Record, ctx: Context, kube: KubePort, *, d: RemediationData,
         verdict = admitted_vm(ctx, node, record, action="deleted")
         if not verdict.ok:
             return refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
+        proof = preconditions.before_vm_action(ctx, kube, record, d, node, settings=ctx.settings.drain, now=now)
+        if not proof.ok:  # this record's cordon, the node drained: proved from the node, not the row
+            return block(record, ctx, kube, now=now, code=proof.code, reason=proof.reason, what="deleteMachines")
         # Not deleted yet as far as the node shows. The same operation marker as for restart/reimage
         # keeps a host that resumes after a kill inside deleteMachines from sending it again.
         seq = rep.delete_seq or 1

@@ -16,7 +16,8 @@ Actions:
   ``replace``.
 
 Safe default: a signal that no row names (an annotation Azure adds later, an XID the catalogue
-grows, an event type we never subscribed to) is **recorded only**. Acting on what the table does not
+grows, an event type we never subscribed to) is **recorded only** (an unknown annotation is also raised as
+``Steward.Signal.UnknownAnnotation`` by shared.remediation.health_events). Acting on what the table does not
 know could drain a fleet on an informational annotation or a customer-initiated restart (our own
 restarts and reimages raise ``VirtualMachineRestarted`` / ``...ByControlPlane`` annotations too). An
 operator who wants action on such an XID says so with an override.
@@ -46,7 +47,8 @@ XID_OVERRIDES_SETTING = "SIGNALS_XID_OVERRIDES"
 SRC_HEALTH_EVENTS = ("https://learn.microsoft.com/azure/event-grid/event-schema-health-resources "
                      "(MicrosoftDocs/azure-docs articles/event-grid/event-schema-health-resources.md)")
 SRC_ANNOTATIONS = ("https://learn.microsoft.com/azure/service-health/resource-health-vm-annotation "
-                   "(MicrosoftDocs/azure-docs articles/service-health/resource-health-vm-annotation.md)")
+                   "(MicrosoftDocs/azure-monitor-docs articles/service-health/resource-health-vm-annotation.md, "
+                   "ms.date 03/18/2026)")
 SRC_XID = ("https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, Resolution Bucket (Immediate "
            "Action); machine-readable in NVIDIA/NVSentinel distros/kubernetes/nvsentinel/charts/gpu-health-monitor/"
            "xiderrorsmapping.csv")
@@ -71,16 +73,45 @@ class Decision:
     note: str = ""
 
 
+# The page's attribute values (its "Overview": Context, Category, ImpactType), spelled as its Overview lists them.
+PLATFORM_INITIATED, CUSTOMER_INITIATED, VM_INITIATED = "Platform Initiated", "Customer Initiated", "VM Initiated"
+PLANNED, UNPLANNED, NOT_APPLICABLE = "Planned", "Unplanned", "Not Applicable"
+IMPACT_DEGRADED, DOWNTIME_REBOOT, DOWNTIME_FREEZE, INFORMATIONAL = ("Degraded", "Downtime Reboot", "Downtime Freeze",
+                                                                    "Informational")
+HOST_FAILURE_ANNOTATION = "VirtualMachineHostCrashed"
+UNKNOWN_ANNOTATION_ROW = "health:default:annotation"
+
+
+def rule_action(annotation: str, impact_type: str) -> str:
+    """The one rule every annotation row follows unless it names an exception: ImpactType ``Degraded`` (Azure
+    predicts the host will fail) -> cordon_drain; the host failure itself (``VirtualMachineHostCrashed``,
+    Downtime Reboot: "redeploy ... to a different host server") -> replace; everything else -> record_only
+    (the platform repairs, maintains or reports on its own, or a user did it)."""
+    if impact_type.strip().lower() == IMPACT_DEGRADED.lower():
+        return CORDON_DRAIN
+    if annotation == HOST_FAILURE_ANNOTATION:
+        return REPLACE
+    return RECORD_ONLY
+
+
+def class_key(text: str) -> str:
+    """A Context or Category compared as ARM and the page spell it in several ways ("Platform Initiated",
+    "Platform initiated", "PlatformInitiated"): its letters, lower case."""
+    return "".join(c for c in text.lower() if c.isalpha())
+
+
 @dataclass(frozen=True)
 class HealthRow:
     """One Resource Health row: ``key`` is an availability state (AvailabilityStatusChanged) or an
-    annotation name (ResourceAnnotated); ``impact`` is the docs' Context/Category/ImpactType."""
+    annotation name (ResourceAnnotated); ``impact`` is the page's ``Context / Category / ImpactType``.
+    ``exception`` says why the row's action departs from :func:`rule_action` (empty: it follows the rule)."""
 
     event_type: str
     key: str
     action: str
     impact: str
     note: str
+    exception: str = ""
 
     @property
     def id(self) -> str:
@@ -91,61 +122,106 @@ class HealthRow:
     def source(self) -> str:
         return SRC_HEALTH_EVENTS if self.event_type == AVAILABILITY_CHANGED else SRC_ANNOTATIONS
 
+    @property
+    def attributes(self) -> tuple[str, str, str]:
+        """``(Context, Category, ImpactType)`` of an annotation row; empty strings for a state row."""
+        if self.event_type != RESOURCE_ANNOTATED:
+            return "", "", ""
+        context, category, impact_type = (part.strip() for part in self.impact.split("/"))
+        return context, category, impact_type
+
+    @property
+    def confirming_class(self) -> tuple[str, str]:
+        """The ``(context, category)`` ARM's current availability must report for this row to act
+        (shared.remediation.health_events): an annotation's own Context and Category; for a state row, the
+        class every acting annotation has (Platform Initiated / Unplanned): a Degraded VM the platform did
+        not find degraded by itself is no reason to drain it."""
+        if self.event_type == RESOURCE_ANNOTATED:
+            context, category, _ = self.attributes
+            return context, category
+        return PLATFORM_INITIATED, UNPLANNED
+
 
 def _avail(state: str, action: str, note: str) -> HealthRow:
     return HealthRow(AVAILABILITY_CHANGED, state, action, "availabilityState", note)
 
 
-def _ann(name: str, action: str, impact: str, note: str) -> HealthRow:
-    return HealthRow(RESOURCE_ANNOTATED, name, action, impact, note)
+def _ann(name: str, action: str, impact: str, note: str, *, exception: str = "") -> HealthRow:
+    return HealthRow(RESOURCE_ANNOTATED, name, action, impact, note, exception)
 
 
-_PLAT_UNPL = "Platform Initiated / Unplanned"
-_PLAT_PLAN = "Platform Initiated / Planned"
-_CUST = "Customer Initiated / Not Applicable / Informational"
+_PLAT_UNPL = f"{PLATFORM_INITIATED} / {UNPLANNED}"
+_PLAT_PLAN = f"{PLATFORM_INITIATED} / {PLANNED}"
+_DEGRADED = f"{_PLAT_UNPL} / {IMPACT_DEGRADED}"
+_CUST = f"{CUSTOMER_INITIATED} / {NOT_APPLICABLE} / {INFORMATIONAL}"
 _OURS = "an authorized user or process (our own restarts and reimages raise it too)"
+_NO_LM, _LM, _DEADLINE = "no live migration", "live migration attempted (best effort)", "redeploy before the deadline"
+#: The Degraded rows about a failing host: (annotation, what the page says besides "host may fail; redeploy").
+_PREDICTED_FAILURES: tuple[tuple[str, str], ...] = (
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailure", _DEADLINE),
+    ("PossiblyDegradedDueToHardwareFailureWithRedeployDeadline", _DEADLINE),
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailureLiveMigrationEligible", _LM),
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailureLiveMigrationNotEligible", f"{_NO_LM}: redeploy as soon as possible"),
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadline", _DEADLINE),
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadlineLiveMigrationEligible", f"{_LM}; {_DEADLINE}"),
+    ("VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadlineLiveMigrationNotEligible", f"{_NO_LM}; {_DEADLINE}"),
+    ("VirtualMachineMigrationScheduledForDegradedHardware", f"live migration may fail; {_DEADLINE}"),
+    ("VirtualMachineMigrationScheduledForDegradedHardwareLiveMigrationEligible", f"{_LM}; {_DEADLINE}"),
+    ("VirtualMachineMigrationScheduledForDegradedHardwareLiveMigrationNotEligible", f"{_NO_LM}; {_DEADLINE}"),
+    ("VirtualMachineScheduledForServiceHealing", f"host with fatal errors, live migration may fail; {_DEADLINE}"),
+    ("VirtualMachineScheduledForServiceHealingLiveMigrationEligible", f"{_LM}; {_DEADLINE}"),
+    ("VirtualMachineScheduledForServiceHealingLiveMigrationNotEligible", f"{_NO_LM}; {_DEADLINE}"),
+)
 
-#: Every availability state and every annotation of the Resource Health VM annotations page.
+#: Every availability state and every annotation of the Resource Health VM annotations page (ms.date
+#: 03/18/2026; tests/fixtures/resource_health_annotations.tsv holds its table and a test holds this one to it).
 HEALTH_TABLE: tuple[HealthRow, ...] = (
     _avail("Available", RECORD_ONLY, "recovered; the node's own checks verify the repair"),
     _avail("Degraded", CORDON_DRAIN, "the platform sees reduced availability: move work off before it fails"),
     _avail("Unavailable", RECORD_ONLY, "the reason arrives as an annotation (user stops and planned reboots are "
                                        "Unavailable too); the annotation row decides"),
     _avail("Unknown", RECORD_ONLY, "no health signal from the platform: nothing to infer"),
-    # ImpactType Degraded: Azure predicts a hardware failure on the host ("we strongly advise you to redeploy").
-    _ann("VirtualMachinePossiblyDegradedDueToHardwareFailure", CORDON_DRAIN, f"{_PLAT_UNPL} / Degraded",
-         "host hardware predicted to fail soon: drain ahead, then repair"),
-    _ann("VirtualMachineMigrationScheduledForDegradedHardware", CORDON_DRAIN, f"{_PLAT_UNPL} / Degraded",
-         "degraded host component; live migration may fail: drain ahead, then repair"),
-    _ann("VirtualMachineScheduledForServiceHealing", CORDON_DRAIN, f"{_PLAT_UNPL} / Degraded",
-         "host with fatal errors; live migration may fail: drain ahead, then repair"),
-    _ann("AccelnetUnhealthy", CORDON_DRAIN, f"{_PLAT_UNPL} / Degraded",
+    # ImpactType Degraded: Azure predicts a hardware failure on the host ("we strongly recommend redeploying").
+    # Live migration is best effort (and the page's eligibility variants change nothing for us): drain ahead.
+    *(_ann(name, CORDON_DRAIN, _DEGRADED, f"host hardware may fail ({says}): drain ahead, then repair")
+      for name, says in _PREDICTED_FAILURES),
+    _ann("AccelnetUnhealthy", CORDON_DRAIN, _DEGRADED,
          "accelerated networking not working (docs: redeploy): drain, then repair"),
+    # The one exception to the rule: Downtime Reboot, but announced ahead with a grace period.
+    _ann("VirtualMachineScheduledForMigrationWithGracePeriod", CORDON_DRAIN, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
+         "hardware failure or severe degradation; the platform will move the VM after a grace period: drain ahead",
+         exception="the page gives it the Degraded rows' advice (\"we strongly recommend redeploying ... before the "
+                   "deadline\") and the move WILL happen: drain ahead at a time we choose, like a Degraded row; not "
+                   "replace, since the platform itself moves the VM to a healthy host"),
     # Host failure: the VM crashed with its host; a new VM lands on another host.
-    _ann("VirtualMachineHostCrashed", REPLACE, f"{_PLAT_UNPL} / Downtime Reboot",
+    _ann(HOST_FAILURE_ANNOTATION, REPLACE, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
          "host software or hardware failure (docs: redeploy to a different host): replace"),
-    # Self-healing and platform repairs already under way: record, let the node's checks judge afterwards.
-    _ann("VirtualMachineHostRebootedForRepair", RECORD_ONLY, f"{_PLAT_UNPL} / Downtime Reboot",
+    # Self-healing and platform repairs already under way or done: record, let the node's checks judge afterwards.
+    _ann("VirtualMachineHostRebootedForRepair", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
          "the platform is already repairing (self-healing reboot)"),
-    _ann("VirtualMachineMigrationInitiatedForRepair", RECORD_ONLY, f"{_PLAT_UNPL} / Downtime Reboot",
+    _ann("VirtualMachineMigrationInitiatedForRepair", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
          "service healing moves the VM to a healthy host"),
-    _ann("VirtualMachineStorageOffline", RECORD_ONLY, f"{_PLAT_UNPL} / Downtime Reboot",
+    _ann("VirtualMachineMigratedDueToHardwareFailure", RECORD_ONLY, f"{_PLAT_UNPL} / {INFORMATIONAL}",
+         "already redeployed to a healthy host (docs: no further action)"),
+    _ann("VirtualMachineStorageOffline", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
          "the platform is re-establishing disk access"),
-    _ann("LiveMigrationSucceeded", RECORD_ONLY, f"{_PLAT_UNPL} / Downtime Freeze", "brief pause; no action required"),
-    _ann("LiveMigrationFailure", RECORD_ONLY, f"{_PLAT_UNPL} / Downtime Freeze", "brief pause; no action required"),
-    _ann("VirtualMachineCrashed", RECORD_ONLY, "VM Initiated / Not Applicable / Downtime Reboot",
+    _ann("NetworkUnhealthy", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_REBOOT}",
+         "network failure under the host; Azure has started recovery (docs: no action required)"),
+    _ann("LiveMigrationSucceeded", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_FREEZE}", "brief pause; no action required"),
+    _ann("LiveMigrationFailure", RECORD_ONLY, f"{_PLAT_UNPL} / {DOWNTIME_FREEZE}", "brief pause; no action required"),
+    _ann("VirtualMachineCrashed", RECORD_ONLY, f"{VM_INITIATED} / {NOT_APPLICABLE} / {DOWNTIME_REBOOT}",
          "guest OS crash; the VM reboots by itself"),
-    _ann("VirtualMachineProvisioningTimedOut", RECORD_ONLY, f"{_PLAT_UNPL} / Informational",
+    _ann("VirtualMachineProvisioningTimedOut", RECORD_ONLY, f"{_PLAT_UNPL} / {INFORMATIONAL}",
          "a node that never joined is AKS's business (start-up grace)"),
-    _ann("VirtualMachinePreempted", RECORD_ONLY, f"{_PLAT_UNPL} / Informational", "Spot eviction, not a fault"),
+    _ann("VirtualMachinePreempted", RECORD_ONLY, f"{_PLAT_UNPL} / {INFORMATIONAL}", "Spot eviction, not a fault"),
     # Planned maintenance.
-    _ann("VirtualMachineMigrationInitiatedForPlannedMaintenance", RECORD_ONLY, f"{_PLAT_PLAN} / Downtime Reboot",
+    _ann("VirtualMachineMigrationInitiatedForPlannedMaintenance", RECORD_ONLY, f"{_PLAT_PLAN} / {DOWNTIME_REBOOT}",
          "planned maintenance"),
-    _ann("VirtualMachineRebootInitiatedForPlannedMaintenance", RECORD_ONLY, f"{_PLAT_PLAN} / Downtime Reboot",
+    _ann("VirtualMachineRebootInitiatedForPlannedMaintenance", RECORD_ONLY, f"{_PLAT_PLAN} / {DOWNTIME_REBOOT}",
          "planned maintenance"),
-    _ann("VirtualMachinePlannedFreezeStarted", RECORD_ONLY, f"{_PLAT_PLAN} / Informational", "planned freeze"),
-    _ann("VirtualMachinePlannedFreezeSucceeded", RECORD_ONLY, f"{_PLAT_PLAN} / Downtime Freeze", "planned freeze"),
-    _ann("VirtualMachinePlannedFreezeFailed", RECORD_ONLY, f"{_PLAT_PLAN} / Downtime Freeze",
+    _ann("VirtualMachinePlannedFreezeStarted", RECORD_ONLY, f"{_PLAT_PLAN} / {INFORMATIONAL}", "planned freeze"),
+    _ann("VirtualMachinePlannedFreezeSucceeded", RECORD_ONLY, f"{_PLAT_PLAN} / {DOWNTIME_FREEZE}", "planned freeze"),
+    _ann("VirtualMachinePlannedFreezeFailed", RECORD_ONLY, f"{_PLAT_PLAN} / {DOWNTIME_FREEZE}",
          "the platform coordinates recovery itself"),
     # Customer initiated: operators, AKS and this app itself.
     _ann("VirtualMachineRestarted", RECORD_ONLY, _CUST, f"restart by {_OURS}"),
@@ -157,14 +233,23 @@ HEALTH_TABLE: tuple[HealthRow, ...] = (
     _ann("VirtualMachineDeallocationInitiated", RECORD_ONLY, _CUST, "stop/deallocate by an authorized user"),
     _ann("VirtualMachineStartInitiatedByControlPlane", RECORD_ONLY, _CUST, "start by an authorized user"),
     _ann("VirtualMachineStopInitiatedByControlPlane", RECORD_ONLY, _CUST, "stop by an authorized user"),
+    _ann("VirtualMachineStopInitiatedByControlPlaneTrackingId", RECORD_ONLY, _CUST,
+         "stop by an authorized user, with a tracking id"),
     _ann("VirtualMachineStoppedInternally", RECORD_ONLY, _CUST, "stopped from inside the VM"),
     _ann("VirtualMachineSizeChanged", RECORD_ONLY, _CUST, "resize by an authorized user"),
     _ann("VirtualMachineConfigurationUpdated", RECORD_ONLY, _CUST, "configuration update by an authorized user"),
-    _ann("VirtualMachineFailedToSecureBoot", RECORD_ONLY, "Customer Initiated / Not Applicable / Informational",
-         "confidential VMs only; unsigned boot components"),
+    _ann("VirtualMachineFailedToSecureBoot", RECORD_ONLY, _CUST, "confidential VMs only; unsigned boot components"),
+    _ann("VirtualMachineFailedSecureKeyRelease", RECORD_ONLY, _CUST,
+         "confidential VMs only; key release policy or permissions to fix"),
 )
 
 _HEALTH_INDEX: Mapping[tuple[str, str], HealthRow] = {(r.event_type, r.key): r for r in HEALTH_TABLE}
+_HEALTH_BY_KEY: Mapping[str, HealthRow] = {r.key: r for r in HEALTH_TABLE}
+
+
+def health_row(key: str) -> HealthRow | None:
+    """The row of a state or an annotation name (the two never share a name), or None."""
+    return _HEALTH_BY_KEY.get(key)
 
 
 def health_event_action(event_type: str, state: str | None, annotation: str | None) -> Decision:
@@ -172,7 +257,8 @@ def health_event_action(event_type: str, state: str | None, annotation: str | No
     AvailabilityStatusChanged event, ``annotation`` (annotationName) a ResourceAnnotated one.
 
     Names are matched exactly (the docs spell them one way); anything the table does not name is
-    recorded only (see the module docstring for why).
+    recorded only (see the module docstring for why) and, for an annotation, raised as unknown by
+    shared.remediation.health_events.
     """
     key = state if event_type == AVAILABILITY_CHANGED else annotation if event_type == RESOURCE_ANNOTATED else None
     row = _HEALTH_INDEX.get((event_type, key or ""))
@@ -299,7 +385,6 @@ DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 DBE_AGGREGATE = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
 REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
-QUERY_METRICS: tuple[str, ...] = (XID_METRIC, DBE_VOLATILE, DBE_AGGREGATE, REMAP_FAILURE, REMAP_PENDING)
 
 
 @dataclass(frozen=True)
@@ -353,30 +438,3 @@ def counter_action(metric: str, value: float, baseline: float | None = None) -> 
     if value <= (baseline or 0.0):
         return None
     return Decision(row.action, row.id, row.source, row.note)
-
-
-def _is_label(name: str) -> bool:
-    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
-
-
-def _quoted(value: str) -> str:
-    """A PromQL string literal (double quotes; backslash and quote escaped, as Go's strconv.Quote does)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def dcgm_query(node_label: str = "Hostname", *, cluster_label: str = "", where: Mapping[str, str] | None = None) -> str:
-    """The one instant query the app sends per Azure Monitor workspace.
-
-    A single ``__name__`` regex matcher, because the Azure Monitor workspace API allows only one
-    ``__name__`` matcher per query; ``max by`` folds the copies dcgm-exporter's pod mapping makes
-    (one per pod using the GPU) into one sample per (metric, node, GPU). ``cluster_label`` is kept
-    in the grouping when clusters share the workspace; ``where`` adds equality matchers (the
-    re-check of one node: its node label and its cluster label).
-    """
-    for label in (node_label, *([cluster_label] if cluster_label else []), *(where or {})):
-        if not _is_label(label):
-            raise ValueError(f"{label!r} is not a Prometheus label name")
-    names = "|".join(QUERY_METRICS)
-    by = ", ".join(["__name__", node_label, *([cluster_label] if cluster_label else []), "gpu"])
-    extra = "".join(f", {k}={_quoted(v)}" for k, v in (where or {}).items())
-    return f'max by ({by}) ({{__name__=~"{names}"{extra}}})'

@@ -1,13 +1,15 @@
 """Fault signals beyond the two NPD conditions, and how each enters the one remediation path.
 
-Three sources tell the steward that a GPU node is sick (issue 13):
+Four sources tell the steward that a GPU node is sick (issue 13):
 
 - ``npd``: node-problem-detector's conditions on the Node (``UnhealthyNvidiaDevicePlugin``,
   ``UnhealthyNvidiaDCGMServices``), read by the sweep; the original path;
 - ``resource-health``: Azure Resource Health events about the node's VM, delivered by the
   HealthResources Event Grid system topic (shared.remediation.health_events);
 - ``dcgm``: DCGM error counters (XIDs, double-bit ECC, row remapping) read from the cluster's Azure
-  Monitor workspace with one PromQL query (shared.remediation.dcgm).
+  Monitor workspace with one PromQL query (shared.remediation.dcgm);
+- ``gpu-capacity``: a Ready GPU node that offers fewer ``nvidia.com/gpu`` than its VM size has GPUs,
+  past a start-up grace or for a threshold while running (shared.remediation.gpu_capacity).
 
 Whatever the source, a signal becomes a :class:`Signal` that names the policy row that matched
 (shared.remediation.signal_policy) and goes through the same admission (scope, trust in ARM, pause,
@@ -32,6 +34,7 @@ class SignalSource(StrEnum):
     NPD = "npd"
     RESOURCE_HEALTH = "resource-health"
     DCGM = "dcgm"
+    GPU_CAPACITY = "gpu-capacity"  # fewer allocatable nvidia.com/gpu than the VM size has (shared.remediation.gpu_capacity)
 
 
 @dataclass(frozen=True)

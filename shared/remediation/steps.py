@@ -13,29 +13,33 @@ docs/remediation.md documents the states, data fields and events.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared.drain.filters import plan_drain
-from shared.drain.runner import DEADLINE_KEY, advance_drain, fetch_pdbs
-from shared.drain.settings import DrainSettings
-from shared.drain.state import DRAINED, REFUSED, STOPPED, TIMED_OUT, DrainState
 from shared.fleet import node_fate
 from shared.kernel.errors import Forbidden, NotFound, StewardError
-from shared.kernel.ports import KubePort, NodeView, Record
+from shared.kernel.ports import KubePort, Record
 from shared.kernel.steps import Transition, move, settle, stay
 from shared.kernel.timefmt import iso
-from shared.remediation import health
+from shared.remediation import fault_source, health, preconditions
 from shared.remediation.admission import paused_reason, policy_of
-from shared.remediation.ladder import end, escalate_to_replace, give_up_now, next_rung, uncordon_if_ours
-from shared.remediation.notify import annotate, announce, kube_event, metric, publisher
+from shared.remediation.drain_step import cleared, drain_settings, step_draining, unconfirmed
+from shared.remediation.ladder import (
+    block,
+    end,
+    escalate_to_replace,
+    give_up_now,
+    next_rung,
+    uncordon_if_ours,
+)
+from shared.remediation.notify import annotate, announce, kube_event, publisher
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
     ACTIVE_STATES,
+    DEDUPE_KIND,
     GOING_AWAY,
     KIND,
     RUNG_EVENTS,
@@ -50,8 +54,10 @@ from shared.remediation.records import (
     label_value,
     lease_name,
     load,
+    op_key,
 )
 from shared.remediation.replace import step_replace
+from shared.remediation.signals import SignalSource
 from shared.remediation.vm_actions import booted_since, request
 
 if TYPE_CHECKING:
@@ -61,7 +67,10 @@ __all__ = ["ACTIVE_STATES", "KIND", "advance", "give_up"]
 
 log = logging.getLogger("steward.remediation")
 
-_LEASELESS: set[str] = set()  # clusters without the lease namespace (warned once per process)
+_LEASELESS: set[str] = set()
+# After giving its slot back, a PDB-held drain waits two sweeps, so the faults the sweep re-reports
+# meanwhile are admitted into the slot first.
+_SLOT_GIVEN_BACK_S = 120.0  # clusters without the lease namespace (warned once per process)
 Step = Callable[..., Transition]
 
 
@@ -166,16 +175,6 @@ def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
     return settle(give_up_now(record, ctx, kube, now=ctx.clock.now(), note=f"{reason}; gave up: {held}"), publisher(ctx))
 
 
-def _still_faulty(node: NodeView, d: RemediationData) -> bool:
-    """Whether the fault admitted is still there. A condition is read again from the node; another
-    source's signal (an XID, a Resource Health event) was re-read from its source at admission, minutes
-    ago at most, and the node shows no trace of it, so it stands until the repair."""
-    if d.signal not in ("", "npd"):
-        return True
-    cond = node.condition(d.condition)
-    return cond is not None and cond.status == "True" and (cond.last_transition or 0.0) <= d.since_ts + 1.0
-
-
 def step_admitted(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
     """Cordon the node (with our marker), unless the fault is gone or the platform is taking the node away."""
     d = load(record)
@@ -184,12 +183,22 @@ def step_admitted(record: Record, ctx: Context, *, now: float, policy: Remediati
     if node is None:
         return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
                    note="the node no longer exists: nothing to do")
+    known = preconditions.identity(node, d)
+    if not known.ok:
+        return block(record, ctx, kube, now=now, code=known.code, reason=known.reason, what="the cordon")
     if node.uid != d.node_uid:
         return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
                    note="the node was recreated under the same name: this fault is gone")
-    if not _still_faulty(node, d):
+    shows, why = fault_source.present(ctx, d, node, same_instance=True)  # its own source, not the record
+    if shows is False:
+        if not preconditions.was_admitted(ctx, record, d):
+            return block(record, ctx, kube, now=now, code=preconditions.NOT_ADMITTED, what="the cordon",
+                         reason=f"no admission recorded this row on {d.node}, and its fault is not there ({why})")
         return end(record, ctx, kube, State.RELEASED, now=now, event=Event.RECOVERED,
-                   note=f"{d.condition} cleared before we touched the node: released")
+                   note=f"{d.condition} cleared before we touched the node ({why}): released")
+    if shows is None:
+        return unconfirmed(record, ctx, kube, since=record.created_at or now, why=why, now=now, policy=policy,
+                            what="the cordon")
     leaving = node_fate.going_away(node)
     if leaving:  # the platform started taking it away after the admission: not ours to touch
         return end(record, ctx, kube, State.REFUSED, now=now, event=Event.REFUSED,
@@ -200,6 +209,9 @@ def step_admitted(record: Record, ctx: Context, *, now: float, policy: Remediati
         note = f"dry run: would cordon {node.name} (marker {health.CORDONED_BY_LABEL}) and drain it"
         return announce(move(record, State.CORDONED, now=now, note=note, **fields(cordoned_by_us=False)),
                         record, Event.DRY_RUN, note, key="cordon")
+    held, why_not = preconditions.reserve(ctx, kube, record, d, now=now, policy=policy)
+    if not held:
+        return stay(record, now=now, until=now + max(60, policy.poll_s), note=f"waiting to cordon: {why_not}")
     marker = node.annotations.get(health.CORDON_FOR_ANNOTATION, "")
     if health.cordoned_by_us(node) and node.unschedulable and marker == record.id:
         note, by_us = "cordoned (found our marker: resumed after a crash)", True
@@ -210,6 +222,10 @@ def step_admitted(record: Record, ctx: Context, *, now: float, policy: Remediati
                                                  "annotations": {health.CORDON_FOR_ANNOTATION: record.id}}})
         note, by_us = f"already cordoned by our earlier remediation {marker}: adopted", True
     elif node.unschedulable:
+        # Not our cordon, so never ours to lift; but the marker says which remediation works on the node,
+        # and every later step checks it (shared.remediation.preconditions).
+        kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
+                                                 "annotations": {health.CORDON_FOR_ANNOTATION: record.id}}})
         note, by_us = "already cordoned by someone else: it will be drained and repaired but never uncordoned by us", False
     else:
         reason = f"{d.condition} True since {d.since}"
@@ -235,9 +251,13 @@ def step_cordoned(record: Record, ctx: Context, *, now: float, policy: Remediati
     if node is None or node.uid != d.node_uid:
         return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
                    note="the node disappeared before the drain")
-    if not d.dry_run and not node.unschedulable:
-        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
-                   note="someone uncordoned the node: respecting that and stopping (the fault is not handled)")
+    if not d.dry_run:
+        ours = preconditions.marked(node, record.id)
+        if ours.code == preconditions.NOT_OUR_CORDON:
+            return block(record, ctx, kube, now=now, code=ours.code, reason=ours.reason, what="the drain")
+        if not ours.ok:
+            return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                       note="someone uncordoned the node: respecting that and stopping (the fault is not handled)")
     if d.cap_reached:
         return end(record, ctx, kube, State.GAVE_UP, now=now, event=Event.GAVE_UP,
                    note=f"{d.cap_reached}: cordoned and not drained or repaired again; an operator must look "
@@ -245,68 +265,6 @@ def step_cordoned(record: Record, ctx: Context, *, now: float, policy: Remediati
     if not d.dry_run:
         kube_event(kube, node, record, "StewardDraining", "draining through the Eviction API (PDBs respected)")
     return move(record, State.DRAINING, now=now, note="draining", **fields(drain={}, drain_started_at=now))
-
-
-def drain_settings(ctx: Context, policy: RemediationPolicy) -> DrainSettings:
-    """The drain of a repair: the app's pod rules, bounds and deadline (``Settings.drain``, the
-    REMEDIATION_EMPTY_DIR ... REMEDIATION_EVICTION_RETRY_S settings) looked at again at remediation's
-    own REMEDIATION_POLL_S, the interval every other wait of a remediation uses too."""
-    base = ctx.settings.drain
-    return base if base.poll_s == policy.poll_s else dataclasses.replace(base, poll_s=policy.poll_s)
-
-
-def step_draining(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
-    """Evict the node's pods through the Eviction API: one round of the drain runner for a batch of
-    one node (shared.drain decides which pods, and when; this step publishes the node's events)."""
-    d = load(record)
-    kube = ctx.access.kube(d.cluster)
-    node = kube.get_node(d.node)
-    if node is None or node.uid != d.node_uid:
-        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
-                   note="the node disappeared during the drain")
-    pods = kube.list_pods(node_name=node.name)
-    settings = drain_settings(ctx, policy)
-    if d.dry_run:
-        # The plan a real drain would start with, PDBs included (a pod under two PDBs refuses the node).
-        plan = plan_drain(pods, settings, now=now, pdbs=fetch_pdbs(kube))
-        refusal = plan.refusal()
-        note = (f"dry run: would evict {len(plan.evict)} pods ({', '.join(f'{p.namespace}/{p.name}' for p in plan.evict[:10])}), "
-                f"skip {len(plan.skip)}, blocked by policy {len(plan.blocked)}"
-                + (f"; would refuse the node and evict nothing: {refusal}" if refusal else ""))
-        return announce(move(record, State.REPAIRING, now=now, note=note,
-                             **fields(rung_index=0, rung_phase=RungPhase.START)), record, Event.DRY_RUN, note, key="drain")
-    result = advance_drain(kube, [node.name], previous={node.name: DrainState.from_data(d.drain)}, now=now,
-                           settings=settings, pods={node.name: pods})
-    this = result.nodes[node.name]
-    state = this.state
-    if state.outcome not in STOPPED:
-        for message in this.new_messages()[:3]:
-            kube_event(kube, node, record, "StewardDrainWaiting", message, "Warning")
-    if state.outcome == DRAINED:
-        started = d.drain_started_at or now
-        metric(ctx, "drain_time_s", now - started)
-        note = f"drained in {now - started:.0f}s"
-        kube_event(kube, node, record, "StewardDrained", note)
-        return announce(move(record, State.REPAIRING, now=now, note=note,
-                             **fields(drain=state.to_data(), rung_index=0, rung_phase=RungPhase.START)),
-                        record, Event.DRAINED, note)
-    if state.outcome in (TIMED_OUT, *STOPPED):
-        message = state.reason or state.messages.get(DEADLINE_KEY, "drain deadline reached")
-        if state.outcome != TIMED_OUT:  # say why before the fallback's own event
-            kube_event(kube, node, record, "StewardDrainRefused" if state.outcome == REFUSED
-                       else "StewardDrainBlocked", message, "Warning")
-        if policy.drain_fallback == "release":
-            uncordon_if_ours(kube, record)
-            return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED, drain=state.to_data(),
-                       drain_outcome=state.outcome,
-                       note=f"{message}; fallback release: uncordoned (if we cordoned it), nothing repaired")
-        return end(record, ctx, kube, State.GAVE_UP, now=now, event=Event.GAVE_UP, drain=state.to_data(),
-                   drain_outcome=state.outcome,
-                   note=f"{message}; fallback hold: the node stays cordoned, move or evict these pods, then "
-                        f"uncordon or repair it yourself")
-    wake = result.wake_at if result.wake_at is not None else now + policy.poll_s
-    return stay(record, now=now, until=max(wake, now + 1.0), note=f"draining: {len(state.remaining)} pods still on the node",
-                **fields(drain=state.to_data()))
 
 
 def step_repairing(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
@@ -332,6 +290,30 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
         return next_rung(record, ctx, kube, now=now,
                          why=f"not completed within {timeout}s (REMEDIATION_RUNG_TIMEOUTS; phase {d.rung_phase}: "
                              f"{d.last_note[:200]})")
+    if d.rung_phase == RungPhase.START and ctx.ledger.get(DEDUPE_KIND, op_key(record.id, d.rung_index, rung, 1)) is None:
+        # before this rung's VM action (not after a crash that followed its request): its own source again
+        current = kube.get_node(d.node)
+        if current is None and not preconditions.was_admitted(ctx, record, d):
+            # Nothing on the node can prove this row (its marker, its drain), and admission never recorded it:
+            # a row written outside the app, for a node that is gone. (A genuine one goes on: a node that
+            # stays unregistered after a reimage is what the replace rung is for.)
+            return block(record, ctx, kube, now=now, code=preconditions.NOT_ADMITTED, what=f"the {rung}",
+                         reason=f"{d.node} is not registered and no admission recorded this row on it")
+        if current is not None and (current.uid == d.node_uid or not d.node_uid):  # re-registered: admitted_vm refuses
+            proof = preconditions.before_vm_action(ctx, kube, record, d, current, settings=drain_settings(ctx, policy),
+                                                   now=now)
+            if not proof.ok:
+                return block(record, ctx, kube, now=now, code=proof.code, reason=proof.reason, what=f"the {rung}")
+            held, why_not = preconditions.reserve(ctx, kube, record, d, now=now, policy=policy)
+            if not held:
+                return stay(record, now=now, until=now + max(60, policy.poll_s), note=f"waiting to {rung}: {why_not}")
+            shows, why = (fault_source.present(ctx, d, current) if d.rung_index == 0
+                          else fault_source.justifies_next_rung(ctx, d, current, policy=policy))
+            if shows is False:
+                return cleared(record, ctx, kube, why=why, now=now, what=f"the {rung}")
+            if shows is None:
+                return stay(record, now=now, until=now + policy.poll_s,
+                            note=f"waiting to re-read the fault before the {rung}: {why}")
     if d.nap and rung != Rung.REPLACE:
         # A node auto-provisioning node is a standalone VM that Karpenter owns (not a VMSS instance):
         # there is no VMSS VM to restart or reimage; Karpenter's way is to delete its NodeClaim.
@@ -393,6 +375,11 @@ def step_verifying(record: Record, ctx: Context, *, now: float, policy: Remediat
     window = verify_window_s(policy)
     if node is not None:
         verdict = health.verify_repair(node, policy=policy, since=since, now=now, window_s=window)
+        if verdict.state == health.VERIFIED and d.signal == SignalSource.GPU_CAPACITY:
+            # healthy by the node's own checks, but is every GPU of its size back? (its source says)
+            short, why_short = fault_source.present(ctx, d, node)
+            if short is not False:
+                verdict = health.Verdict(health.NOT_RECOVERED, f"GPUs not all back: {why_short}")
         if verdict.state == health.VERIFIED:
             uncordoned = uncordon_if_ours(kube, record) if target == d.node else False
             note = f"recovered: {verdict.why}" + ("; uncordoned" if uncordoned else "")

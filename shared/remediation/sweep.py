@@ -24,7 +24,7 @@ from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
 from shared.kernel.timefmt import iso
-from shared.remediation import breaker, dcgm, health
+from shared.remediation import breaker, breaker_evidence, dcgm, gpu_capacity, health
 from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
@@ -66,12 +66,15 @@ class SweepReport:
     breaker: str = ""
     faults: list[Fault] = field(default_factory=list)
     dcgm: dict[str, Any] = field(default_factory=dict)  # shared.remediation.dcgm.DcgmSweep.summary()
+    gpu_capacity: dict[str, Any] = field(default_factory=dict)  # shared.remediation.gpu_capacity.CapacitySweep.summary()
+    breaker_evidence: dict[str, Any] = field(default_factory=dict)  # shared.remediation.breaker_evidence.Evidence.summary()
 
     def summary(self) -> dict[str, Any]:
         return {"clusters": self.clusters, "nodes": self.nodes, "healthy": self.healthy, "unhealthy": self.unhealthy,
                 "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
                 "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
-                "next_check": self.next_check, "breaker": self.breaker, "dcgm": dict(self.dcgm)}
+                "next_check": self.next_check, "breaker": self.breaker, "dcgm": dict(self.dcgm),
+                "gpu_capacity": dict(self.gpu_capacity), "breaker_evidence": dict(self.breaker_evidence)}
 
 
 def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
@@ -117,7 +120,10 @@ def _equality_terms(selector: str) -> dict[str, str] | None:
 
 
 def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, report: SweepReport,
-                   observations: dict[str, float]) -> None:
+                   observations: dict[str, float], capacity: gpu_capacity.Sweeper | None = None,
+                   known: dict[str, dcgm.NodeFacts] | None = None) -> None:
+    """Evaluate the cluster's GPU nodes page by page; ``known`` collects each node's name and GPU count
+    (its size's), which the DCGM sweep maps series to: a series naming anything else is a phantom."""
     cluster_id = cluster.id
     kube = ctx.access.kube(cluster_id)
     page: list[NodeView] = []
@@ -136,27 +142,54 @@ def _sweep_cluster(ctx: Context, cluster: Any, *, policy: RemediationPolicy, rep
                     continue
             report.nodes += 1
             page.append(node)
+            if known is not None:
+                known[node.name] = dcgm.node_facts(node)
             if len(page) >= policy.page_size:
+                if capacity is not None:
+                    capacity.page(cluster_id, page)
                 _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
                       observations=observations)
                 page = []
     if page:
+        if capacity is not None:
+            capacity.page(cluster_id, page)
         _fold(report, health.evaluate(page, now=ctx.clock.now(), policy=policy), cluster=cluster_id,
               observations=observations)
+    if capacity is not None:
+        capacity.cluster_done(cluster_id)
+
+
+def _fold_signal(report: SweepReport, *, errors: list[str], found: Mapping[str, float], next_check: float | None,
+                 observations: dict[str, float]) -> None:
+    """What every other signal's sweep adds alike: its errors, its breaker observations (earliest since per
+    node), and when the sweep must look again."""
+    report.errors.extend(errors)
+    for key, since in found.items():
+        observations[key] = min(since, observations.get(key, since))
+    if next_check is not None:
+        report.next_check = next_check if report.next_check is None else min(report.next_check, next_check)
 
 
 def _fold_dcgm(report: SweepReport, found: dcgm.DcgmSweep, *, observations: dict[str, float]) -> None:
     """DCGM faults join the conditions' (same publishing, suppression and breaker); a workspace that
     failed only adds its error (shared.remediation.dcgm: nothing is inferred from missing data)."""
     report.dcgm = found.summary()
-    report.errors.extend(found.errors)
-    for key, since in found.observations.items():
-        observations[key] = min(since, observations.get(key, since))
-    if found.next_check is not None:
-        report.next_check = found.next_check if report.next_check is None else min(report.next_check, found.next_check)
+    _fold_signal(report, errors=found.errors, found=found.observations, next_check=found.next_check,
+                 observations=observations)
     for f in found.faults:
         report.faults.append(Fault(cluster=f.cluster, node=f.node, pool=f.pool, condition=f.observed.key, since=f.since,
                                    message=f.observed.detail()[:300], extra=f.observed.event_data()))
+
+
+def _fold_capacity(report: SweepReport, found: gpu_capacity.CapacitySweep, *, observations: dict[str, float]) -> None:
+    """GPU-capacity faults join the others (same publishing, suppression and breaker)."""
+    report.gpu_capacity = found.summary()
+    _fold_signal(report, errors=found.errors, found=found.observations, next_check=found.next_check,
+                 observations=observations)
+    for f in found.faults:
+        if f.verdict.row is not None and f.verdict.since is not None:
+            report.faults.append(Fault(cluster=f.cluster, node=f.node, pool=f.pool, condition=f.verdict.row.key,
+                                       since=f.verdict.since, message=f.verdict.detail[:300], extra=f.event_data()))
 
 
 def _handled(ctx: Context, fault: Fault) -> bool:
@@ -185,17 +218,28 @@ def sweep(ctx: Context) -> SweepReport:
         report.errors.append(f"discovering clusters: {exc}")
         return report
     observations: dict[str, float] = {}
+    capacity = gpu_capacity.Sweeper(ctx, policy)
+    known: dict[str, dict[str, dcgm.NodeFacts]] = {}  # cluster -> its GPU nodes, for the DCGM series' provenance
     for cluster in clusters:
         report.clusters += 1
+        names: dict[str, dcgm.NodeFacts] = {}
         try:
-            _sweep_cluster(ctx, cluster, policy=policy, report=report, observations=observations)
+            _sweep_cluster(ctx, cluster, policy=policy, report=report, observations=observations, capacity=capacity,
+                           known=names)
+            known[str(cluster.id).lower()] = names
         except StewardError as exc:
             report.errors.append(f"{cluster.id}: {type(exc).__name__}: {exc}")
             log.warning("sweep of %s failed: %s", cluster.id, exc)
-    _fold_dcgm(report, dcgm.sweep(ctx, clusters, policy=policy), observations=observations)
+    _fold_dcgm(report, dcgm.sweep(ctx, clusters, policy=policy, known=known), observations=observations)
+    _fold_capacity(report, capacity.finish(), observations=observations)
     now = ctx.clock.now()
     try:
-        state = breaker.update(ctx, observations=observations, fleet_nodes=report.nodes, policy=policy)
+        evidence = breaker_evidence.gather(ctx, clusters=clusters, known=known, observations=observations,
+                                           fleet_nodes=report.nodes, policy=policy)
+        report.errors.extend(evidence.errors)
+        report.breaker_evidence = evidence.summary()
+        state = breaker.update(ctx, observations=evidence.observations, origins=evidence.origins,
+                               fleet_nodes=evidence.fleet_nodes, fleet_clusters=evidence.fleet_clusters, policy=policy)
         report.breaker = state.state
         metric(ctx, "breaker_open", 1 if state.is_open else 0)
     except StewardError as exc:

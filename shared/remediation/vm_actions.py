@@ -35,7 +35,8 @@ from shared.kernel.errors import (
 from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.steps import Transition, move, stay
 from shared.kernel.timefmt import iso
-from shared.remediation.ladder import admitted_vm, escalate_to_replace, next_rung, refuse_untrusted
+from shared.remediation import preconditions
+from shared.remediation.ladder import admitted_vm, block, escalate_to_replace, next_rung, refuse_untrusted
 from shared.remediation.notify import kube_event
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
@@ -121,6 +122,10 @@ def _issue(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | Non
     if not verdict.ok:
         return refuse_untrusted(record, ctx, kube, now=now, verdict=verdict)
     vm = verdict.vm_id
+    if node is not None:  # right before the call: this record's cordon, the node drained (never the row's word)
+        proof = preconditions.before_vm_action(ctx, kube, record, d, node, settings=ctx.settings.drain, now=now)
+        if not proof.ok:
+            return block(record, ctx, kube, now=now, code=proof.code, reason=proof.reason, what=f"the {rung}")
     key = op_key(record.id, d.rung_index, rung, seq)
     boot = node.boot_id if node is not None else ""
     try:

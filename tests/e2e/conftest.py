@@ -27,7 +27,7 @@ from tests.waiting import poll, wait_until
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "pool_requests.yaml"
 PREVIEW_API = "2026-08-02-preview"  # shows every gpuProfile field, migStrategy included
-TERMINAL = ("succeeded", "failed", "rejected")
+TERMINAL = ("succeeded", "failed", "rejected", "blocked")
 AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 PUT_POOL = "PUT /subscriptions/{}/resourceGroups/{}/providers/Microsoft.ContainerService/managedClusters/{}/agentPools/{}"
@@ -70,7 +70,14 @@ class Fleet:
     # ------------------------------------------------------------------ the ledger
 
     def record(self, record_id: str) -> Record | None:
-        return self.ledger.get("pool-request", record_id)  # type: ignore[no-any-return]
+        """The row ``record_id`` (``<team>:<requestId>``), or the one team's row of a bare request id."""
+        from shared.pools.records import split_id
+
+        found: Record | None = self.ledger.get("pool-request", record_id)
+        if found is not None:
+            return found
+        matches = [r for r in self.ledger.list("pool-request") if split_id(r.id)[1] == record_id]
+        return matches[0] if len(matches) == 1 else None
 
     def outcome(self, record_id: str, *, timeout: float = 60.0) -> Record:
         """The record once it reached a terminal state (fails with its history and the host log)."""
@@ -174,9 +181,16 @@ class Fleet:
     # ------------------------------------------------------------------ events and oracles
 
     def events(self, record_id: str) -> list[dict[str, Any]]:
-        """CloudEvents the topic received about one record (ids are ``pool-request/<id>/<Type>``)."""
-        prefix = f"pool-request/{record_id}/"
-        return [e for e in self.stack.published_events() if str(e.get("id", "")).startswith(prefix)]
+        """CloudEvents the topic received about one record (ids are ``pool-request/<team>:<requestId>/<Type>``;
+        ``record_id`` is the row id or the bare request id)."""
+        from shared.pools.records import split_id
+
+        def ours(event: Mapping[str, Any]) -> bool:
+            kind, _, rest = str(event.get("id", "")).partition("/")
+            row = rest.rsplit("/", 1)[0]
+            return kind == "pool-request" and record_id in (row, split_id(row)[1])
+
+        return [e for e in self.stack.published_events() if ours(e)]
 
     def events_when(self, record_id: str, *, types: set[str], timeout: float = 15.0) -> list[dict[str, Any]]:
         """The record's events once every one of ``types`` arrived (a record is saved before its event)."""

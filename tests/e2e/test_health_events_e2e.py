@@ -24,6 +24,7 @@ __all__ = ["stack_for"]  # the class-scoped stack fixture, shared with the remed
 CLUSTER = "e2e-health"
 HOST = "host-1"
 RECORDED = "Steward.Remediation.SignalRecorded"
+DEGRADED_ANNOTATION = "VirtualMachinePossiblyDegradedDueToHardwareFailure"
 SETTINGS = {"BUDGET_MAX_IN_FLIGHT": "10", "BREAKER_PERCENT": "90"}
 STRANGER = ("/subscriptions/99999999-9999-4999-8999-999999999999/resourceGroups/mc_elsewhere/providers/"
             "Microsoft.Compute/virtualMachineScaleSets/aks-gpu-1-vmss/virtualMachines/0")
@@ -138,3 +139,24 @@ class TestHealthEvents:
         record = ended(health, node)
         assert len(health.records_of(node)) == 1
         assert record.data["signal"] == "npd" and record.state == "done", health.describe([record])
+
+
+    def test_a_degraded_host_annotation_during_a_customer_restart_is_only_recorded(self, health: Fleet) -> None:
+        """A customer restart (Unavailable; ARM classes it Customer Initiated) and, meanwhile, a degraded-host
+        annotation about the same VM (late, misrouted or forged): Unavailable alone would have confirmed it;
+        the class ARM reports does not, so it is recorded "not confirmed" and nothing is touched."""
+        nodes = health.wait(lambda: [n for n in health.pool_nodes(CLUSTER, "planned") if is_ready(n)][1:] or None,
+                            timeout=60, what="a second Ready node in planned")
+        node = str(nodes[-1].metadata.name)  # not first_node(): the planned-maintenance story's node
+        vm = inject(health, node, "customer-restart", down_s=1200)
+        health.stack.control("POST", "/resource-health/forged", {"vm": vm, "scenario": "annotation",
+                                                                  "annotation": DEGRADED_ANNOTATION})
+        row = f"health:annotation:{DEGRADED_ANNOTATION}"
+        found = health.wait(lambda: [e for e in health.events(RECORDED) if e["data"].get("node") == node
+                                     and e["data"].get("policy_row") == row] or None,
+                            timeout=90, what=f"the degraded-host annotation on {node} recorded")
+        note = str(found[0]["data"]["note"])
+        assert "not confirmed" in note and "Customer Initiated" in note, note
+        assert health.records_of(node) == []
+        current = health.node(CLUSTER, node)
+        assert current is not None and not current.spec.unschedulable

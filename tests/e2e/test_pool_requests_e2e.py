@@ -253,7 +253,8 @@ def test_the_same_message_delivered_twice_makes_one_pool_with_two_instances_comp
     # Events are at-least-once: both deliveries may announce the acceptance, under one event id,
     # which is how a CloudEvents consumer recognises the repeat.
     events = fleet.events_when("e2e-twice", types={"Steward.PoolRequest.Accepted", "Steward.PoolRequest.Created"})
-    assert {e["id"] for e in events} == {"pool-request/e2e-twice/Accepted", "pool-request/e2e-twice/Created"}
+    assert {e["id"] for e in events} == {"pool-request/platform:e2e-twice/Accepted",
+                                         "pool-request/platform:e2e-twice/Created"}
     assert [e["type"] for e in events].count("Steward.PoolRequest.Created") == 1
 
 

@@ -41,9 +41,11 @@ from shared.kernel.ports import Record
 from shared.remediation import records as remediation
 from shared.remediation import signal_policy as sp
 from shared.remediation.dcgm import DCGM_KIND
-from shared.remediation.health_events import CONFIRMING_STATES
+from shared.remediation.dcgm_provenance import POLICY_METRICS
+from shared.remediation.health_events import CONFIRMING_STATES, UNKNOWN_ANNOTATION_EVENT
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.signals import SignalSource, ladder_for
+from sim import health_resources as hr
 from tests.e2e.test_remediation_e2e import BASE_SETTINGS, SPEED, SWEEP_S, THRESHOLD_S, Fleet, assert_nothing_unsafe
 
 CLUSTER = "e2e-rows"
@@ -57,6 +59,7 @@ ACT_SIZE = "Standard_NC4as_T4_v3"
 ACT_POOL, HEALTH_QUIET_POOL, DCGM_QUIET_POOL = "act", "rhquiet", "dcgmquiet"
 UNLISTED_ANNOTATION = "VirtualMachineSimUnlistedAnnotation"  # no row names it: the safe default
 DCGM_PATHS = ("/dcgm/xid", "/dcgm/counter")
+BYO_JOB = "gpu-monitoring/dcgm-exporter"
 
 SETTINGS: dict[str, str] = {
     **BASE_SETTINGS,
@@ -88,16 +91,18 @@ class Case:
         return self.action in ACTING
 
 
-def _health_event(event_type: str, key: str, *, impact: str = "Platform Initiated / Unplanned",
-                  note: str = "") -> tuple[str, dict[str, Any]]:
-    """The control call for one HealthResources event. An annotation's free texts (which the app never
-    reads) come from its row: ``context`` and ``category`` are the first two parts of its ``impact``
-    (the docs' Context / Category / ImpactType), ``reason`` and ``summary`` its note."""
+def _health_event(event_type: str, key: str, *, note: str = "") -> tuple[str, dict[str, Any]]:
+    """The control call for one HealthResources event. An annotation of the page takes its ``context`` and
+    ``category`` from the simulator's own copy of the page (sim/health_resources.py ``PAGE``), never from the
+    policy row, so the class ARM then reports is not the app's own table talking back; an annotation the page
+    does not have is sent as a platform-initiated, unplanned one. ``reason`` and ``summary`` (free texts the
+    app never reads) are the row's note."""
     if event_type == sp.AVAILABILITY_CHANGED:
         return "/resource-health", {"scenario": "state", "state": key}
-    context, category, *_ = [part.strip() for part in impact.split("/")]
-    return "/resource-health", {"scenario": "annotation", "annotation": key, "context": context, "category": category,
-                                "reason": note or key, "summary": note or key}
+    body = {"scenario": "annotation", "annotation": key, "reason": note or key, "summary": note or key}
+    if key not in hr.PAGE:
+        body.update({"context": sp.PLATFORM_INITIATED, "category": sp.UNPLANNED})
+    return "/resource-health", body
 
 
 def _confirming_state() -> str:
@@ -111,7 +116,7 @@ def _health_cases() -> list[Case]:
     signal = str(SignalSource.RESOURCE_HEALTH)
     cases = []
     for row in sp.HEALTH_TABLE:
-        event = _health_event(row.event_type, row.key, impact=row.impact, note=row.note)
+        event = _health_event(row.event_type, row.key, note=row.note)
         before = ()
         if row.action in ACTING and row.event_type == sp.RESOURCE_ANNOTATED:
             # An annotation says why; the app acts on it only while ARM confirms trouble now.
@@ -253,7 +258,12 @@ def fleet(request: pytest.FixtureRequest) -> Iterator[RowsFleet]:
                           state_dir=state_dir) as stack:
         cluster_id = next(str(c["id"]) for c in stack.endpoints["clusters"] if c["name"] == CLUSTER)
         endpoint = f"{stack.endpoints['arm_endpoint'].rstrip('/')}/prometheus/e2e-workspace"
-        stack.settings["SIGNALS_PROMETHEUS"] = json.dumps({cluster_id: {"endpoint": endpoint}})
+        # every counter row needs an exporter that exports its counter: AKS's managed one exports only the
+        # default CSV's (tests/e2e/test_dcgm_e2e.py covers that shape), so these pools run an operator's own
+        for pool in (ACT_POOL, HEALTH_QUIET_POOL, DCGM_QUIET_POOL):
+            stack.control("POST", "/dcgm/exporter", {"cluster": CLUSTER, "pool": pool, "kind": "custom", "job": BYO_JOB})
+        stack.settings["SIGNALS_PROMETHEUS"] = json.dumps({cluster_id: {
+            "endpoint": endpoint, "exporter": "custom", "job": BYO_JOB, "counters": list(POLICY_METRICS)}})
         stack.settings_path.write_text(json.dumps({"IsEncrypted": False, "Values": stack.settings}, indent=2))
         stack.start_host(HOST)
         view = RowsFleet(stack)
@@ -329,3 +339,16 @@ def test_every_acting_row_ends_done_and_the_quiet_rows_stay_quiet(fleet: RowsFle
     quiet_nodes = {fleet.node_of(c) for c in quiet}
     assert [r.id for r in fleet.records() if r.data.get("node") in quiet_nodes] == []
     assert [e for e in fleet.events(CORDONED) if e["data"].get("node") in quiet_nodes] == []
+
+
+def test_the_unlisted_annotation_is_raised_once_besides_being_recorded(fleet: RowsFleet) -> None:
+    case = next(c for c in HEALTH_CASES if c.row == sp.UNKNOWN_ANNOTATION_ROW)
+    node = fleet.node_of(case)
+    raised = fleet.wait(lambda: [e for e in fleet.events(UNKNOWN_ANNOTATION_EVENT)
+                                 if e["data"].get("annotation") == UNLISTED_ANNOTATION] or None,
+                        timeout=90, what=f"{UNKNOWN_ANNOTATION_EVENT} for {UNLISTED_ANNOTATION}")
+    assert len(raised) == 1, raised
+    assert (raised[0]["data"]["node"], raised[0]["data"]["policy_row"]) == (node, sp.UNKNOWN_ANNOTATION_ROW)
+    assert raised[0]["subject"].endswith(f"/nodes/{node}")
+    # every annotation of the page has a row: nothing else was raised
+    assert {e["data"]["annotation"] for e in fleet.events(UNKNOWN_ANNOTATION_EVENT)} == {UNLISTED_ANNOTATION}

@@ -17,6 +17,7 @@ import msgspec
 from shared.adapters.ledger import PROPERTY_LIMIT_BYTES, data_bytes, encode_key, from_entity, to_entity
 from shared.kernel.errors import Conflict, Invalid
 from shared.kernel.ports import Record
+from shared.kernel.retention import matches
 
 
 class InMemoryLedger:
@@ -54,6 +55,12 @@ class InMemoryLedger:
         with self._lock:
             row = self._rows.get((encode_key(kind), encode_key(id_)))
         return None if row is None else from_entity(*row)
+
+    def scan(self, kind: str, *, states: Sequence[str] | None = None, due_by: float | None = None,
+             older_than: float | None = None, limit: int = 1000) -> list[Record]:
+        """LedgerPort.scan: the table's filter (shared.kernel.retention.matches), in key order, at most ``limit``."""
+        rows = [r for r in self.list(kind, states=states) if matches(r, due_by=due_by, older_than=older_than)]
+        return rows[:max(0, limit)]
 
     def list(self, kind: str, *, states: Sequence[str] | None = None) -> list[Record]:
         pk = encode_key(kind)

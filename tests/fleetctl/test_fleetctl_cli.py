@@ -261,6 +261,16 @@ def test_status_shows_gpu_pools_managed_or_not_with_node_readiness(ledger: Any, 
     assert "1/4 nodes" in text
 
 
+def test_status_says_which_dcgm_rows_a_clusters_exporter_leaves_inactive(ledger: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGNALS_PROMETHEUS", json.dumps({CLUSTER: {"endpoint": "https://ws.eastus.prometheus.monitor.azure.com"}}))
+    code, out = run("status", "--ledger-only")
+    [line] = [x for x in out.splitlines() if x.startswith("DCGM rows inactive")]
+    assert code == 0 and "c1 (managed exporter" in line and "DCGM_FI_DEV_ROW_REMAP_PENDING" in line
+    monkeypatch.setenv("SIGNALS_PROMETHEUS", "{not json")
+    assert "DCGM signal off: setting SIGNALS_PROMETHEUS" in run("status", "--ledger-only")[1]
+
+
 def test_status_still_reports_the_ledger_when_the_fleet_cannot_be_reached(ledger: Any,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     def unavailable() -> Any:

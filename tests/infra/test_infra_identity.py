@@ -21,7 +21,7 @@ from infra_facts import (
 )
 
 # Built-in role ids (learn.microsoft.com/azure/role-based-access-control/built-in-roles).
-STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 STORAGE_QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
 STORAGE_QUEUE_DATA_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
@@ -134,15 +134,30 @@ def test_the_app_is_the_azd_service_and_allows_no_publishing_credentials() -> No
 
 @pytest.mark.parametrize(
     "role",
-    [STORAGE_BLOB_DATA_OWNER, STORAGE_QUEUE_DATA_CONTRIBUTOR, STORAGE_TABLE_DATA_CONTRIBUTOR],
-    ids=["blob data owner", "queue data contributor", "table data contributor"],
+    [STORAGE_QUEUE_DATA_CONTRIBUTOR, STORAGE_TABLE_DATA_CONTRIBUTOR],
+    ids=["queue data contributor", "table data contributor"],
 )
-def test_the_identity_holds_each_storage_data_role(role: str) -> None:
+def test_the_identity_holds_each_account_wide_storage_data_role(role: str) -> None:
     doc = bicep("app/rbac.bicep")
     assert role in _role_ids_in(doc, "storageRoles")
     assignment = resource_body(resource(doc, "identityStorageRoles"))
     assert assignment["properties"]["principalId"] == "identityPrincipalId"
     assert assignment["properties"]["principalType"] == "ServicePrincipal"
+
+
+def test_the_identity_may_read_and_write_the_deployment_package_it_runs() -> None:
+    """Flex Consumption pulls the package with the identity functionAppConfig names, which needs Storage Blob
+    Data Contributor on the deployment container (app/rbac.bicep identityBlobRoles, first of its containers)."""
+    doc = bicep("app/rbac.bicep")
+    assert variable(doc, "storageBlobDataContributor") == STORAGE_BLOB_DATA_CONTRIBUTOR
+    assignment = resource_body(resource(doc, "identityBlobRoles"))
+    assert assignment["properties"]["principalId"] == "identityPrincipalId"
+    containers = variable(doc, "appBlobContainerNames")
+    assert containers["function"]["parameters"] == {"arg_1": ["deploymentContainerName"], "arg_2": "hostContainerNames"}
+    params = bicep("main.bicep")["modules"]["rbac"]["config"]["params"]
+    assert params["deploymentContainerName"] == "deploymentContainerName"
+    api_params = bicep("main.bicep")["modules"]["api"]["config"]["params"]
+    assert api_params["deploymentContainerName"] == "deploymentContainerName"
 
 
 def test_the_identity_may_publish_events_and_metrics() -> None:

@@ -8,6 +8,7 @@ Kubernetes roles are compared with those declarations, collected at test time.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from types import ModuleType
 from typing import Any
@@ -44,8 +45,21 @@ def code_kube_rules(scope: str | None = None) -> set[tuple[str, str, str]]:
     return collect_kube_rules(_import("shared.adapters.kube.client"), scope=scope)
 
 
+# Built-in requests that Azure RBAC for Kubernetes could grant only with a data action wider than the
+# request, so the Azure role leaves them to the ClusterRole (applied on Azure RBAC clusters too). The
+# eviction is checked as pods/write (kubeguard/guard checkaccessreqhelper.go drops the sub-resource), and
+# pods/write would also let the app create, update and patch any pod in any namespace.
+LEFT_TO_THE_CLUSTER_ROLE = {("", "pods/eviction", "create")}
+
+
 def is_built_in(group: str) -> bool:
     return group in BUILT_IN_GROUPS or group.endswith(".k8s.io")
+
+
+def granted_by_azure_rbac(group: str, resource: str, verb: str) -> bool:
+    """Whether the Azure RBAC for Kubernetes roles hold the data action of this request (else the ClusterRole
+    grants it alone): built-in kinds only, and none whose data action would be wider than the request."""
+    return is_built_in(group) and (group, resource, verb) not in LEFT_TO_THE_CLUSTER_ROLE
 
 
 def azure_data_action(group: str, resource: str, verb: str) -> str:
@@ -211,20 +225,34 @@ def test_the_binding_gives_the_cluster_role_to_the_apps_identity() -> None:
                          ids=["cluster-wide", "own-namespace"])
 def test_the_azure_rbac_kubernetes_roles_map_to_the_same_calls(scope: str, name: str) -> None:
     rules = code_kube_rules(scope)
-    expected = {azure_data_action(g, r, v) for g, r, v in rules if is_built_in(g)}
+    expected = {azure_data_action(g, r, v) for g, r, v in rules if granted_by_azure_rbac(g, r, v)}
     granted = set(variable(bicep("app/kubernetes-role.bicep"), name))
     assert granted == expected, (f"granted but never called: {sorted(granted - expected)}; "
                                  f"called but not granted: {sorted(expected - granted)}")
 
 
-def test_custom_resources_are_left_to_the_cluster_role() -> None:
-    custom = {(g, r, v) for g, r, v in cluster_role_rules() if not is_built_in(g)}
+def test_custom_resources_and_evictions_are_left_to_the_cluster_role() -> None:
+    left = {(g, r, v) for g, r, v in cluster_role_rules() if not granted_by_azure_rbac(g, r, v)}
+    assert left >= LEFT_TO_THE_CLUSTER_ROLE, "what the Azure role leaves to the ClusterRole, the ClusterRole grants"
     granted = variable(bicep("app/kubernetes-role.bicep"), "dataActions")
     assert not [a for a in granted if "*" in a], "a wildcard data action would also cover secrets"
-    for group, _, _ in custom:
-        assert not [a for a in granted if a.startswith(f"{AKS_DATA_ACTION_PREFIX}{group}/")]
+    for group, _, _ in left:
+        if not is_built_in(group):
+            assert not [a for a in granted if a.startswith(f"{AKS_DATA_ACTION_PREFIX}{group}/")]
     script = (INFRA.parent / "scripts" / "apply-kube-rbac.sh").read_text(encoding="utf-8")
     assert "clusterrole.yaml" in script and "clusterrolebinding.yaml" in script
+    deploy = (INFRA.parent / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert "every cluster, Azure RBAC ones included" in deploy, "docs/deploy.md must say the ClusterRole goes on every cluster"
+
+
+@pytest.mark.parametrize("scope", ["dataActions", "namespaceDataActions"], ids=["cluster-wide", "own-namespace"])
+def test_no_azure_rbac_data_action_lets_the_app_write_pods(scope: str) -> None:
+    """pods/write (the data action AKS checks for a pod create, update, patch and for an eviction) would let
+    the app start a privileged pod anywhere; nothing the Azure roles hold may cover it."""
+    granted = variable(bicep("app/kubernetes-role.bicep"), scope)
+    for write in (azure_data_action("", "pods", "create"), azure_data_action("", "pods/eviction", "create"),
+                  azure_data_action("", "pods", "patch")):
+        assert not [a for a in granted if fnmatch.fnmatchcase(write.lower(), a.lower())], write
 
 
 def test_the_kubernetes_role_holds_data_actions_only_and_is_assigned_with_the_cluster_grant() -> None:

@@ -23,7 +23,7 @@ from test_infra_permissions import (
     cluster_role_rules,
     code_arm_actions,
     code_kube_rules,
-    is_built_in,
+    granted_by_azure_rbac,
     namespaced_role_rules,
 )
 
@@ -123,7 +123,7 @@ def test_the_azure_rbac_for_kubernetes_tables_are_the_roles_data_actions_and_the
         name: str, scope: str, variable_name: str) -> None:
     expected: dict[str, tuple[set[str], set[str]]] = {}
     for (group, resource, verb), calls in kube_calls(scope).items():
-        if is_built_in(group):
+        if granted_by_azure_rbac(group, resource, verb):
             requests, names = expected.setdefault(azure_data_action(group, resource, verb), (set(), set()))
             requests.add(f"{group + '/' if group else ''}{resource} {verb}")
             names |= calls

@@ -178,13 +178,26 @@ def test_a_node_with_an_unmanaged_pod_is_refused_before_any_eviction_is_sent(sim
     policy = RemediationPolicy(drain_fallback="hold")
     ctx = Context(settings=dataclasses.replace(settings, remediation=policy), clock=clock, ledger=InMemoryLedger(),
                   access=access, events=_Events(), telemetry=None, instance="drain-sim")  # type: ignore[arg-type]
+    # The world a real remediation in `draining` stands in (shared.remediation.preconditions): its fault on the
+    # node, and the node cordoned under this record's marker.
+    condition = {"cluster": cid.rsplit("/", 1)[-1], "node": node.name, "type": "UnhealthyNvidiaDevicePlugin"}
+    sim.control("POST", "/conditions", {**condition, "status": "True", "fixed_by": "restart"})
+    kube.patch_node(node.name, {"metadata": {"annotations": {"gpu-fleet-steward/cordoned-for": "rem-drain-sim"}},
+                                "spec": {"unschedulable": True}})
     now = clock.now()
     record = Record(kind=remediation.KIND, id="rem-drain-sim", state=State.DRAINING, next_at=now,
                     created_at=now, updated_at=now,
                     data={"cluster": cid, "node": node.name, "node_uid": node.uid, "pool": GPU_POOL,
+                          "arm_vm_id": node.provider_id.removeprefix("azure://"),
+                          "pool_selector": f"kubernetes.azure.com/agentpool={GPU_POOL}",
                           "condition": "UnhealthyNvidiaDevicePlugin", "dry_run": False, "cordoned_by_us": False,
                           "drain": {}, "drain_started_at": now, "ladder": ["restart"], "attempt": 1})
-    after = remediation_steps.advance(record, ctx)
+    try:
+        after = remediation_steps.advance(record, ctx)
+    finally:
+        sim.control("POST", "/conditions", {**condition, "status": "False", "fixed_by": "restart"})
+        kube.patch_node(node.name, {"metadata": {"annotations": {"gpu-fleet-steward/cordoned-for": None}},
+                                    "spec": {"unschedulable": False}})
 
     assert after.state == State.GAVE_UP, after.data.get("last_note")
     note = after.data["last_note"]

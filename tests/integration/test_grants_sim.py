@@ -8,12 +8,20 @@ shared.adapters.compute.ComputeClient, through ManagedIdentityCredential): with 
 raises the project's Forbidden naming the verb and resource, or the action; with it back, the same call
 goes through. The tables are checked against the declarations (shared.adapters.permissions) so that a new grant
 without a test here fails.
+
+On clusters with Azure RBAC for Kubernetes the app holds no pod write (issue 19): its own token, got from the
+managed-identity endpoint as the app gets it, is refused a pod create in every namespace, and evictions are
+granted by the ClusterRole alone (infra/app/kubernetes-role.bicep explains why pods/write is not granted).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +66,12 @@ SCENARIO: dict[str, Any] = {
                    {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 1}],
          "workloads": [{"kind": "Deployment", "name": "api", "namespace": "ml", "replicas": 1,
                         "resources": {"cpu": "100m"}, "pdb": {"maxUnavailable": 1}}]},
+        # Azure RBAC for Kubernetes as docs/deploy.md deploys it: the Azure data roles and the manifests
+        {"name": "azdeployed", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
+         "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},
+                   {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 1}],
+         "workloads": [{"kind": "Deployment", "name": "api", "namespace": "ml", "replicas": 3,
+                        "resources": {"cpu": "100m"}, "pdb": {"maxUnavailable": 1}}]},
         {"name": "nap", "resource_group": "rg-gpu", "tags": {"gpu-fleet-steward": "enabled"},
          "node_provisioning_mode": "Auto",
          "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1}],
@@ -79,10 +93,18 @@ class World:
     compute: Any
     plain: Any  # KubeClient of the plain cluster
     nap: Any  # KubeClient of the node auto-provisioning cluster
-    azure: Any  # KubeClient of the cluster with Azure RBAC for Kubernetes authorization
+    azure: Any  # KubeClient of the cluster with Azure RBAC for Kubernetes authorization (the Azure roles alone)
+    deployed: Any  # KubeClient of the Azure RBAC cluster as deployed (Azure roles and infra/kubernetes)
+    app_token: Callable[[], str]  # the app's own token for the AKS audience, from the managed-identity endpoint
+    ca: str  # the simulator's CA bundle
 
     def cluster(self, name: str) -> Any:
         return self.fleet.cluster(SUB, "rg-gpu", name)
+
+    def api_server(self, name: str) -> str:
+        from shared.adapters.kube.auth import server_and_ca
+
+        return server_and_ca(self.aks.kubeconfig(self.cluster(name).id))[0].rstrip("/")
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +116,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
     fleet = build_fleet(SCENARIO)
     rbac.use_azure_rbac(fleet.cluster(SUB, "rg-gpu", "azrbac"))
+    rbac.use_azure_rbac(fleet.cluster(SUB, "rg-gpu", "azdeployed"), as_deployed=True)
     fleet.advance(900)  # NAP provisions a node (and its NodeClaim) for the pending GPU pod
     certs = make_certs(tmp_path_factory.mktemp("sim-grants"))
     fleet.ca_pem = certs.ca.read_bytes()
@@ -119,7 +142,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                               ca_bundle=str(certs.ca), clock=clock, cluster_id=cid, retry_attempts=1)
 
         try:
-            yield World(fleet, server, aks, compute, kube("plain"), kube("nap"), kube("azrbac"))
+            yield World(fleet, server, aks, compute, kube("plain"), kube("nap"), kube("azrbac"), kube("azdeployed"),
+                        lambda: str(credential.get_token(settings.aks_scope).token), str(certs.ca))
         finally:
             identity.reset()
             server.stop()
@@ -343,7 +367,6 @@ DATA_DRIVERS: dict[str, Callable[[World], Any]] = {
     f"{K8S}/nodes/read": lambda w: list(w.azure.list_nodes()),
     f"{K8S}/nodes/write": lambda w: w.azure.patch_node(_azure_node(w).name, {"metadata": {"labels": {"g": "ok"}}}),
     f"{K8S}/pods/read": lambda w: w.azure.list_pods(namespace="ml"),
-    f"{K8S}/pods/write": lambda w: w.azure.evict("ml", "no-such-pod"),
     f"{K8S}/policy/poddisruptionbudgets/read": lambda w: w.azure.list_pdbs(),
     f"{K8S}/batch/jobs/write": lambda w: w.azure.create_object(_job("azure-create")),
     f"{K8S}/batch/jobs/read": lambda w: w.azure.get_object("batch/v1", "Job", "azure-get", NS),
@@ -375,3 +398,123 @@ def test_with_azure_rbac_without_one_data_action_its_call_is_forbidden(world: Wo
         world.fleet.revoked_arm_actions = set()
     assert GUARD_DENIED in str(refused.value)
     drive(world)  # granted again: the same call goes through
+
+
+# --------------------------------------------------------------------------- Azure RBAC: no pod writes (issue 19)
+
+PODS_WRITE = f"{K8S}/pods/write"
+
+
+def _privileged_pod(name: str, namespace: str) -> dict[str, Any]:
+    """What a stolen token would start: a privileged, host-PID pod mounting the node's root."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hostPID": True, "containers": [{"name": "c", "image": "busybox",
+                                                      "securityContext": {"privileged": True},
+                                                      "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+                     "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}
+
+
+def _post_pod(w: World, cluster: str, namespace: str, name: str, token: str) -> tuple[int, dict[str, Any]]:
+    """POST a pod to the cluster's API server with ``token``, as any Kubernetes client would."""
+    url = f"{w.api_server(cluster)}/api/v1/namespaces/{namespace}/pods"
+    request = urllib.request.Request(url, data=json.dumps(_privileged_pod(name, namespace)).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    context = ssl.create_default_context(cafile=w.ca)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            return int(answer.status), json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as refused:
+        return int(refused.code), json.loads(refused.read() or b"{}")
+
+
+def _admin_token(w: World) -> str:
+    from sim.tokens import AKS_AUDIENCES
+
+    return str(w.fleet.tokens.issue(AKS_AUDIENCES[0])[0])  # the harness: system:masters
+
+
+def _remove_pod(w: World, cluster: str, namespace: str, name: str) -> None:
+    with w.fleet.lock:
+        w.cluster(cluster).remove("pods", namespace, name)
+
+
+@pytest.mark.parametrize("cluster", ["azrbac", "azdeployed"], ids=["azure-roles-alone", "as-deployed"])
+@pytest.mark.parametrize("namespace", ["kube-system", "ml", NS], ids=["kube-system", "a-teams-namespace",
+                                                                      "the-apps-own-namespace"])
+def test_on_an_azure_rbac_cluster_the_apps_token_is_refused_a_pod_create(world: World, cluster: str,
+                                                                         namespace: str) -> None:
+    from sim.armrbac import GUARD_DENIED
+    from sim.identity import app_principal_id
+
+    name = f"grants-{cluster}-{namespace}"[:63]
+    status, body = _post_pod(world, cluster, namespace, name, world.app_token())
+    assert status == 403, body
+    assert body["reason"] == "Forbidden"
+    assert body["message"] == (
+        f'pods is forbidden: User "{app_principal_id(world.fleet)}" cannot create resource "pods" in API group "" '
+        f'in the namespace "{namespace}": {GUARD_DENIED}')
+    assert world.cluster(cluster).get("pods", namespace, name) is None
+    # the same request with an administrator's token passes authorization: created, or (in the app's own
+    # namespace, which enforces Pod Security "restricted") refused by admission, not by RBAC
+    status, body = _post_pod(world, cluster, namespace, name, _admin_token(world))
+    try:
+        if namespace == NS:
+            assert status == 403 and 'violates PodSecurity "restricted:latest"' in body["message"], body
+        else:
+            assert status == 201, body
+    finally:
+        _remove_pod(world, cluster, namespace, name)
+
+
+def test_with_the_pods_write_data_action_the_apps_token_could_create_a_privileged_pod_in_kube_system(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What dropping pods/write from the Azure role closed (and proof that the refusal above can fail)."""
+    from sim import armrbac
+
+    cluster_role, namespace_role, namespace = armrbac.kubernetes_roles()
+    assert PODS_WRITE not in cluster_role.data_actions
+    widened = armrbac.Role(cluster_role.name, (), data_actions=(*cluster_role.data_actions, PODS_WRITE))
+    monkeypatch.setattr(armrbac, "_KUBE_ROLES", (widened, namespace_role, namespace))
+    status, body = _post_pod(world, "azrbac", "kube-system", "grants-widened", world.app_token())
+    try:
+        assert status == 201, body
+        assert body["spec"]["containers"][0]["securityContext"] == {"privileged": True}
+    finally:
+        _remove_pod(world, "azrbac", "kube-system", "grants-widened")
+
+
+def _live_api_pod(w: World, cluster: str) -> str:
+    with w.fleet.lock:
+        pods = [o.obj for o in w.cluster(cluster).items("pods", "ml")]
+    return next(str(p["metadata"]["name"]) for p in pods if not p["metadata"].get("deletionTimestamp"))
+
+
+def test_on_an_azure_rbac_cluster_evictions_are_granted_by_the_cluster_role_alone(world: World) -> None:
+    from shared.kernel.ports import EVICTED, EVICTION_BLOCKED
+    from sim.armrbac import GUARD_DENIED
+
+    # as deployed: the ClusterRole's pods/eviction create lets the drain evict through the Eviction API
+    assert world.deployed.evict("ml", _live_api_pod(world, "azdeployed")).outcome == EVICTED
+    # without the ClusterRole's eviction rule, the Azure role does not grant it: refused with AKS's reason
+    with world.fleet.lock:
+        rbac.revoke(world.cluster("azdeployed"), kind="ClusterRole", name="gpu-fleet-steward", group="",
+                    resource="pods/eviction", verb="create")
+    try:
+        with pytest.raises(Forbidden) as refused:
+            world.deployed.evict("ml", _live_api_pod(world, "azdeployed"))
+    finally:
+        from sim.identity import app_principal_id
+
+        with world.fleet.lock:
+            c = world.cluster("azdeployed")
+            c.remove(rbac.RBAC_KEYS["ClusterRole"], "", "gpu-fleet-steward")
+            rbac.deploy_app_manifests(c, app_principal_id(world.fleet))
+    assert 'cannot create resource "pods/eviction" in API group "" in the namespace "ml"' in str(refused.value)
+    assert GUARD_DENIED in str(refused.value)
+    # the Azure roles alone (no ClusterRole) refuse every eviction the same way
+    with pytest.raises(Forbidden) as alone:
+        world.azure.evict("ml", _live_api_pod(world, "azrbac"))
+    assert GUARD_DENIED in str(alone.value)
+    # the rule back: the eviction reaches the Eviction API again (evicted, or held by the PDB while the first
+    # evicted pod's replacement starts), never refused by authorization
+    assert world.deployed.evict("ml", _live_api_pod(world, "azdeployed")).outcome in (EVICTED, EVICTION_BLOCKED)

@@ -337,7 +337,6 @@ def azure_rbac(api: Api) -> Api:
 @pytest.mark.parametrize(("method", "path"), [
     pytest.param("GET", "/api/v1/nodes", id="nodes-read"),
     pytest.param("GET", "/api/v1/pods", id="pods-read"),
-    pytest.param("POST", "/api/v1/namespaces/default/pods/p1/eviction", id="eviction-is-pods-write"),
     pytest.param("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/x", id="lease-own-namespace"),
     pytest.param("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/x", id="job-own-namespace"),
 ])
@@ -357,6 +356,11 @@ def test_with_azure_rbac_the_data_roles_from_infra_grant_the_app(azure_rbac: Api
                  'namespace "ml"', id="not-a-held-action"),
     pytest.param("GET", "/apis/karpenter.sh/v1/nodepools", 'nodepools.karpenter.sh is forbidden: User "{u}" cannot '
                  'list resource "nodepools" in API group "karpenter.sh" at the cluster scope', id="custom-resources"),
+    pytest.param("POST", "/api/v1/namespaces/default/pods/p1/eviction", 'pods "p1" is forbidden: User "{u}" cannot '
+                 'create resource "pods/eviction" in API group "" in the namespace "default"',
+                 id="eviction-needs-the-cluster-role"),
+    pytest.param("POST", "/api/v1/namespaces/default/pods", 'pods is forbidden: User "{u}" cannot create resource '
+                 '"pods" in API group "" in the namespace "default"', id="no-pod-create"),
 ])
 def test_with_azure_rbac_anything_else_is_refused_with_akss_reason(azure_rbac: Api, method: str, path: str,
                                                                     message: str) -> None:

@@ -122,6 +122,9 @@ def _decisions(events: list[dict[str, object]]) -> list[tuple[str, str]]:
                              (sp.RECORD_ONLY, "health:availability:Available")]),
     ("host-failure", [(sp.RECORD_ONLY, "health:availability:Unavailable"),
                       (sp.REPLACE, "health:annotation:VirtualMachineHostCrashed")]),
+    ("customer-restart", [(sp.RECORD_ONLY, "health:annotation:VirtualMachineRestarted"),
+                          (sp.RECORD_ONLY, "health:availability:Unavailable"),
+                          (sp.RECORD_ONLY, "health:availability:Available")]),
 ])
 def test_scenarios_read_through_the_policy(scenario: str, expected: list[tuple[str, str]]) -> None:
     events = hr.SCENARIOS[scenario](NODE_VM, at=AT, ids=_ids())

@@ -16,18 +16,39 @@ from shared.adapters.prometheus import PrometheusClient
 from shared.kernel.errors import Forbidden, Invalid, Throttled, Transient
 from shared.remediation import signal_policy as sp
 from sim.http import Headers, Request, Response
-from sim.prometheus import PROMETHEUS_AUDIENCES, PrometheusApi, PrometheusModel, PromQLError, format_value, parse
+from sim.prometheus import (
+    PROMETHEUS_AUDIENCES,
+    ExporterShape,
+    PrometheusApi,
+    PrometheusModel,
+    PromQLError,
+    format_value,
+    parse,
+)
 from sim.tokens import TokenIssuer
 
-NOW = 1_750_000_000.0
-QUERY = sp.dcgm_query()
+NOW = 1_750_000_020.0  # a scrape time (30 s interval, phase 0)
+QUERY = '{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_ROW_REMAP_FAILURE", job="dcgm-exporter"}'
+
+
+class Clock:
+    def __init__(self, t: float = NOW) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
 
 
 @pytest.fixture
-def model() -> PrometheusModel:
-    m = PrometheusModel()
-    m.add_node("aks-gpu-0", gpus=2)
-    m.add_node("aks-gpu-1", gpus=2)
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def model(clock: Clock) -> PrometheusModel:
+    m = PrometheusModel(now=clock)
+    m.add_node("aks-gpu-0", gpus=2, cluster="c1")
+    m.add_node("aks-gpu-1", gpus=2, cluster="c1")
     return m
 
 
@@ -45,50 +66,71 @@ def _body(resp: Response) -> dict[str, Any]:
     return json.loads(resp.body)  # type: ignore[no-any-return]
 
 
-def _result(resp: Response) -> dict[tuple[str, ...], str]:
+def _result(resp: Response, at: float = NOW) -> dict[tuple[tuple[str, str], ...], str]:
     body = _body(resp)
-    assert resp.status == 200 and body["status"] == "success" and body["data"]["resultType"] == "vector"
+    assert resp.status == 200 and body["status"] == "success" and body["data"]["resultType"] == "vector", body
     out = {}
     for item in body["data"]["result"]:
         ts, value = item["value"]
-        assert ts == NOW and isinstance(value, str)
+        assert ts == at and isinstance(value, str)
         out[tuple(sorted(item["metric"].items()))] = value
     return out
 
 
-def test_the_apps_query_returns_one_sample_per_metric_node_and_gpu(model: PrometheusModel) -> None:
-    model.inject_xid("aks-gpu-1", 1, 79)
-    result = _result(_get(PrometheusApi(model, now=lambda: NOW), QUERY))
-    assert len(result) == len(sp.QUERY_METRICS) * 4
-    key = (("Hostname", "aks-gpu-1"), ("__name__", "DCGM_FI_DEV_XID_ERRORS"), ("gpu", "1"))
-    assert result[key] == "79"
-    assert {v for k, v in result.items() if k != key} == {"0"}
+def _api(model: PrometheusModel, clock: Clock) -> PrometheusApi:
+    return PrometheusApi(model, now=clock)
 
 
-def test_post_form_and_a_relabelled_node_label() -> None:
-    m = PrometheusModel(node_label="node")
-    m.add_node("n1", gpus=1)
-    m.set("n1", 0, "DCGM_FI_DEV_ROW_REMAP_FAILURE", 1)
-    resp = _post(PrometheusApi(m, now=lambda: NOW), {"query": sp.dcgm_query("node"), "time": str(NOW)})
-    result = _result(resp)
-    assert result[(("__name__", "DCGM_FI_DEV_ROW_REMAP_FAILURE"), ("gpu", "0"), ("node", "n1"))] == "1"
-    assert m.queries == [sp.dcgm_query("node")]
+def test_the_managed_exporters_series_carry_only_the_labels_aks_keeps(model: PrometheusModel, clock: Clock) -> None:
+    model.inject_xid("aks-gpu-1", 1, 79, cluster="c1")
+    result = _result(_get(_api(model, clock), QUERY))
+    assert len(result) == 2 * 2 * 2  # the default CSV's two error counters, two nodes, two GPUs
+    key = (("__name__", "DCGM_FI_DEV_XID_ERRORS"), ("cluster", "c1"), ("gpu", "1"), ("instance", "aks-gpu-1"),
+           ("job", "dcgm-exporter"))
+    assert result[key] == "79" and {v for k, v in result.items() if k != key} == {"0"}
+    assert {name for k in result for name, _ in k} == {"__name__", "cluster", "gpu", "instance", "job"}
 
 
-def test_a_plain_selector_keeps_every_exporter_label(model: PrometheusModel) -> None:
-    resp = _get(PrometheusApi(model, now=lambda: NOW), 'DCGM_FI_DEV_XID_ERRORS{Hostname="aks-gpu-0",gpu=~"1|7"}')
+def test_counters_the_default_csv_leaves_out_are_not_in_the_workspace(model: PrometheusModel, clock: Clock) -> None:
+    model.ecc_storm("aks-gpu-0", 0, dbe=3, cluster="c1")
+    api = _api(model, clock)
+    assert _result(_get(api, '{__name__=~"DCGM_FI_DEV_ECC_DBE_.*|DCGM_FI_DEV_ROW_REMAP_PENDING"}')) == {}
+    assert model.value("aks-gpu-0", 0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", cluster="c1") == 3  # the GPU knows
+    model.set_shape("aks-gpu-0", ExporterShape.custom(), cluster="c1")  # an exporter of the operator's own
+    result = _result(_get(api, 'sum by (Hostname) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)'))
+    assert result == {(("Hostname", "aks-gpu-0"),): "3"}
+
+
+def test_post_form_and_a_custom_exporters_labels(model: PrometheusModel, clock: Clock) -> None:
+    model.set_shape("aks-gpu-0", ExporterShape.custom(job="mon/dcgm"), cluster="c1")
+    model.set("aks-gpu-0", 0, "DCGM_FI_DEV_ROW_REMAP_FAILURE", 1, cluster="c1")
+    query = 'DCGM_FI_DEV_ROW_REMAP_FAILURE{job="mon/dcgm",gpu=~"0|7"}'
+    resp = _post(_api(model, clock), {"query": query, "time": str(NOW)})
     [(labels, value)] = _result(resp).items()
     names = dict(labels)
-    assert value == "0"
+    assert value == "1" and model.queries == [query]
     assert set(names) == {"__name__", "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
-                          "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod"}
-    assert names["gpu"] == "1" and names["device"] == "nvidia1" and names["UUID"].startswith("GPU-")
+                          "DCGM_FI_DRIVER_VERSION", "job", "instance", "namespace", "pod", "container", "endpoint",
+                          "cluster"}
+    assert names["Hostname"] == "aks-gpu-0" and names["UUID"].startswith("GPU-") and names["instance"].endswith(":9400")
 
 
-def test_aggregations_and_by_after_the_parenthesis(model: PrometheusModel) -> None:
-    model.ecc_storm("aks-gpu-0", 0, dbe=3)
-    model.ecc_storm("aks-gpu-0", 1, dbe=2)
-    api = PrometheusApi(model, now=lambda: NOW)
+def test_a_value_shows_from_the_next_scrape(model: PrometheusModel, clock: Clock) -> None:
+    clock.t = NOW + 10
+    model.inject_xid("aks-gpu-0", 0, 79, cluster="c1")
+    api = _api(model, clock)
+    xid = 'DCGM_FI_DEV_XID_ERRORS{instance="aks-gpu-0",gpu="0"}'
+    assert list(_result(_get(api, xid), at=NOW + 10).values()) == ["0"]  # last scraped before the XID
+    clock.t = NOW + 30
+    assert list(_result(_get(api, xid), at=NOW + 30).values()) == ["79"]
+
+
+def test_aggregations_and_by_after_the_parenthesis(model: PrometheusModel, clock: Clock) -> None:
+    model.set_shape("aks-gpu-0", ExporterShape.custom(), cluster="c1")
+    model.set_shape("aks-gpu-1", ExporterShape.custom(), cluster="c1")
+    model.ecc_storm("aks-gpu-0", 0, dbe=3, cluster="c1")
+    model.ecc_storm("aks-gpu-0", 1, dbe=2, cluster="c1")
+    api = _api(model, clock)
     assert _result(_get(api, "sum(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL) by (Hostname)")) == {
         (("Hostname", "aks-gpu-0"),): "5", (("Hostname", "aks-gpu-1"),): "0"}
     assert _result(_get(api, "count(DCGM_FI_DEV_ROW_REMAP_PENDING)")) == {(): "4"}
@@ -96,20 +138,65 @@ def test_aggregations_and_by_after_the_parenthesis(model: PrometheusModel) -> No
         (("Hostname", "aks-gpu-0"),): "2"}
 
 
-def test_reboot_resets_volatile_values_and_removal_leaves_no_series(model: PrometheusModel) -> None:
-    model.ecc_storm("aks-gpu-0", 0)
-    model.reboot("aks-gpu-0")
-    api = PrometheusApi(model, now=lambda: NOW)
+def test_reboot_resets_volatile_values_and_removal_leaves_no_series(model: PrometheusModel, clock: Clock) -> None:
+    model.set_shape("aks-gpu-0", ExporterShape.custom(), cluster="c1")
+    model.ecc_storm("aks-gpu-0", 0, cluster="c1")
+    model.reboot("aks-gpu-0", cluster="c1")
+    api = _api(model, clock)
     result = _result(_get(api, 'max by (__name__) ({__name__=~"DCGM_FI_DEV_ECC_DBE_.*",Hostname="aks-gpu-0"})'))
     assert result == {(("__name__", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),): "4",
                       (("__name__", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),): "0"}
-    model.remove_node("aks-gpu-0")
+    model.remove_node("aks-gpu-0", cluster="c1")
     assert _result(_get(api, 'DCGM_FI_DEV_XID_ERRORS{Hostname="aks-gpu-0"}')) == {}
+
+
+def test_one_label_set_is_one_series_and_min_over_time_sees_every_writer(model: PrometheusModel, clock: Clock) -> None:
+    """A forged copy with the exporter's exact labels interleaves with its samples (same labels = same series)."""
+    forged = model.add_scraped("", exposed={"__name__": "DCGM_FI_DEV_XID_ERRORS", "job": "dcgm-exporter",
+                                            "instance": "aks-gpu-1", "gpu": "0", "cluster": "c1"},
+                               target={"job": "team-a/mon", "instance": "10.1.1.1:8080"}, value=79, honor=True)
+    assert forged == {"__name__": "DCGM_FI_DEV_XID_ERRORS", "job": "dcgm-exporter", "instance": "aks-gpu-1",
+                      "gpu": "0", "cluster": "c1"}
+    api = _api(model, clock)
+    xid = 'DCGM_FI_DEV_XID_ERRORS{instance="aks-gpu-1",gpu="0"}'
+    seen = set()
+    for dt in (0, 15, 30, 45):
+        clock.t = NOW + dt
+        seen |= set(_result(_get(api, xid), at=NOW + dt).values())
+    assert seen == {"0", "79"}  # whichever scraped last
+    window = 'min_over_time({__name__="DCGM_FI_DEV_XID_ERRORS", instance="aks-gpu-1", gpu="0"}[90s])'
+    assert list(_result(_get(api, window), at=NOW + 45).items()) == [
+        ((("cluster", "c1"), ("gpu", "0"), ("instance", "aks-gpu-1"), ("job", "dcgm-exporter")), "0")]  # name dropped
+    assert list(_result(_get(api, window.replace("min_", "max_")), at=NOW + 45).values()) == ["79"]
+
+
+@pytest.mark.parametrize(("honor", "expect"), [
+    (False, {"job": "team-a/mon", "instance": "10.1.1.1:8080", "exported_job": "dcgm-exporter",
+             "exported_instance": "aks-gpu-1"}),
+    (True, {"job": "dcgm-exporter", "instance": "aks-gpu-1"})])
+def test_honor_labels_decides_who_wins_a_clash(model: PrometheusModel, honor: bool, expect: dict[str, str]) -> None:
+    labels = model.add_scraped("c1", exposed={"__name__": "X", "job": "dcgm-exporter", "instance": "aks-gpu-1"},
+                               target={"job": "team-a/mon", "instance": "10.1.1.1:8080", "namespace": "team-a"},
+                               value=1, honor=honor)
+    assert labels == {"__name__": "X", "namespace": "team-a", "cluster": "c1", **expect}
+
+
+def test_a_cluster_alias_renames_everything_the_cluster_sends(model: PrometheusModel, clock: Clock) -> None:
+    model.add_scraped("c1", exposed={"__name__": "DCGM_FI_DEV_XID_ERRORS", "job": "dcgm-exporter",
+                                     "instance": "aks-gpu-9", "gpu": "0"}, target={}, value=79, honor=True)
+    model.set_alias("c1", "prod-east")  # set after the tenant's series began: it is relabelled too
+    assert {dict(k)["cluster"] for k in _result(_get(_api(model, clock), QUERY))} == {"prod-east"}
+    clock.t = NOW + 15
+    forged = [dict(k) for k in _result(_get(_api(model, clock), 'DCGM_FI_DEV_XID_ERRORS{instance="aks-gpu-9"}'),
+                                       at=NOW + 15)]
+    assert [f["cluster"] for f in forged] == ["prod-east"]
 
 
 @pytest.mark.parametrize("query", [
     "",
     "rate(DCGM_FI_DEV_XID_ERRORS[5m])",
+    "min_over_time(DCGM_FI_DEV_XID_ERRORS)",  # an instant vector where a range is needed
+    "DCGM_FI_DEV_XID_ERRORS[5m]",
     "DCGM_FI_DEV_XID_ERRORS > 0",
     "DCGM_FI_DEV_XID_ERRORS or DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "topk(1, DCGM_FI_DEV_XID_ERRORS)",
@@ -123,7 +210,7 @@ def test_reboot_resets_volatile_values_and_removal_leaves_no_series(model: Prome
     "DCGM_FI_DEV_XID_ERRORS offset 5m",
 ])
 def test_anything_outside_the_subset_is_bad_data(model: PrometheusModel, query: str) -> None:
-    resp = _get(PrometheusApi(model, now=lambda: NOW), query)
+    resp = _get(PrometheusApi(model, now=model.now), query)
     body = _body(resp)
     assert resp.status == 400 and body["status"] == "error" and body["errorType"] == "bad_data" and body["error"]
     with pytest.raises(PromQLError):
@@ -146,7 +233,7 @@ def test_auth_with_the_simulators_token_issuer(model: PrometheusModel) -> None:
     ("outage", 503, "unavailable"), ("query_timeout", 503, "timeout"), ("throttle_retry_after", 429, "unavailable")])
 def test_fault_switches(model: PrometheusModel, switch: str, status: int, error_type: str) -> None:
     setattr(model, switch, 30 if switch == "throttle_retry_after" else True)
-    resp = _get(PrometheusApi(model, now=lambda: NOW), QUERY)
+    resp = _get(PrometheusApi(model, now=model.now), QUERY)
     assert (resp.status, _body(resp)["errorType"]) == (status, error_type)
     if status == 429:
         assert resp.headers["Retry-After"] == "30"
@@ -154,12 +241,12 @@ def test_fault_switches(model: PrometheusModel, switch: str, status: int, error_
 
 def test_slow_and_partial_answers(model: PrometheusModel) -> None:
     model.slow_s, model.warning = 45.0, "one store unreachable"
-    resp = _get(PrometheusApi(model, now=lambda: NOW), QUERY)
+    resp = _get(PrometheusApi(model, now=model.now), QUERY)
     assert resp.delay_s == 45.0 and _body(resp)["warnings"] == ["one store unreachable"]
 
 
 def test_wrong_path_and_method(model: PrometheusModel) -> None:
-    api = PrometheusApi(model, now=lambda: NOW)
+    api = PrometheusApi(model, now=model.now)
     assert api.handle(Request("GET", "/api/v1/query_range?query=up", Headers({"Authorization": "Bearer t"}))).status == 404
     assert api.handle(Request("DELETE", "/api/v1/query", Headers({"Authorization": "Bearer t"}))).status == 405
 
@@ -192,7 +279,7 @@ class _Bridge(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def served(model: PrometheusModel) -> Iterator[str]:
-    handler = type("Bridge", (_Bridge,), {"api": PrometheusApi(model, now=lambda: NOW)})
+    handler = type("Bridge", (_Bridge,), {"api": PrometheusApi(model, now=model.now)})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
@@ -203,9 +290,9 @@ def served(model: PrometheusModel) -> Iterator[str]:
 
 
 def test_the_apps_client_reads_an_xid_79_and_feeds_the_policy(model: PrometheusModel, served: str) -> None:
-    model.inject_xid("aks-gpu-1", 0, 79)
+    model.inject_xid("aks-gpu-1", 0, 79, cluster="c1")
     result = PrometheusClient(served, lambda: "tok").query(QUERY)
-    faults = {(s.labels["Hostname"], s.labels["gpu"]): sp.xid_action(x)
+    faults = {(s.labels["instance"], s.labels["gpu"]): sp.xid_action(x)
               for s in result.samples if s.labels["__name__"] == sp.XID_METRIC and (x := sp.xid_of(s.value))}
     assert list(faults) == [("aks-gpu-1", "0")]
     assert (faults[("aks-gpu-1", "0")].action, faults[("aks-gpu-1", "0")].row) == (sp.RESTART_THEN_REPLACE, "xid:79")

@@ -146,3 +146,63 @@ def test_bad_injections_are_refused(world: World, body: dict[str, Any]) -> None:
         body = {**body, "node": world.node}
     assert world.sim("POST", "/resource-health", body).status in (400, 404)
     assert world.deliveries("health_events") == []
+
+
+# --------------------------------------------------------------------------- the class ARM reports (issue 18)
+def _props(resp: Response) -> dict[str, Any]:
+    assert resp.status == 200, resp.body
+    return dict(json.loads(resp.body)["properties"])
+
+
+def test_a_degraded_host_is_classed_platform_initiated_unplanned_as_the_getbyresource_example(world: World) -> None:
+    vm = json.loads(world.sim("POST", "/resource-health", {"cluster": "k1", "node": world.node,
+                                                           "scenario": "degraded-host"}).body)["vm"]
+    props = _props(world.availability(vm))
+    assert (props["availabilityState"], props["context"], props["category"], props["reasonType"]) == (
+        "Degraded", "Platform Initiated", "Unplanned", "Unplanned")
+    assert props["title"] == "Degraded"
+
+
+def test_a_customer_restart_is_classed_customer_initiated_and_resolves_without_recently_resolved(world: World) -> None:
+    body = {"cluster": "k1", "node": world.node, "scenario": "customer-restart", "down_s": 30}
+    vm = json.loads(world.sim("POST", "/resource-health", body).body)["vm"]
+    props = _props(world.availability(vm))
+    assert (props["availabilityState"], props["context"], props["category"], props["reasonType"]) == (
+        "Unavailable", "Customer Initiated", "Not Applicable", "UserInitiated")
+    names = [e["data"]["resourceInfo"]["properties"].get("annotationName") for e in world.deliveries("health_events")]
+    assert names == ["VirtualMachineRestarted", None]
+    world.fleet.advance(31)
+    props = _props(world.availability(vm))
+    assert props["availabilityState"] == "Available" and "context" not in props and "recentlyResolved" not in props
+
+
+def test_an_unplanned_outage_that_ends_is_recently_resolved(world: World) -> None:
+    body = {"cluster": "k1", "node": world.node, "scenario": "reboot-for-repair", "down_s": 60}
+    vm = json.loads(world.sim("POST", "/resource-health", body).body)["vm"]
+    world.fleet.advance(61)
+    props = _props(world.availability(vm))
+    assert set(props["recentlyResolved"]) == {"unavailableOccuredTime", "resolvedTime", "unavailableSummary"}
+
+
+def test_a_state_injection_may_name_the_class_arm_reports(world: World) -> None:
+    body = {"cluster": "k1", "node": world.node, "scenario": "state", "state": "Unavailable",
+            "context": "Platform Initiated", "category": "Planned"}
+    vm = json.loads(world.sim("POST", "/resource-health", body).body)["vm"]
+    props = _props(world.availability(vm))
+    assert (props["context"], props["category"], props["reasonType"]) == ("Platform Initiated", "Planned", "Planned")
+    unknown = {"cluster": "k1", "node": world.node, "scenario": "state", "state": "Unknown"}
+    world.sim("POST", "/resource-health", unknown)
+    assert "context" not in _props(world.availability(vm))
+
+
+def test_every_page_annotation_can_be_injected_and_classes_the_state(world: World) -> None:
+    from sim.health_resources import PAGE
+
+    world.sim("POST", "/resource-health", {"cluster": "k1", "node": world.node, "scenario": "state",
+                                           "state": "Unavailable"})
+    for name, (context, category, _impact) in PAGE.items():
+        resp = world.sim("POST", "/resource-health", {"cluster": "k1", "node": world.node, "scenario": "annotation",
+                                                      "annotation": name})
+        assert resp.status == 202, (name, resp.body)
+        props = _props(world.availability(json.loads(resp.body)["vm"]))
+        assert (props["context"], props["category"]) == (context, category), name

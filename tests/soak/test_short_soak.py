@@ -28,7 +28,13 @@ def results() -> Iterator[dict[int, RunResult]]:
     yield done
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
+#: Seeds that fail because of an app bug the soak found and that is not fixed yet (strict: the day it is fixed the
+#: test passes, strict xfail turns that into a failure, and whoever fixed it removes the entry).
+APP_BUGS: dict[int, str] = {}  # seed 13 (a forged replace row on a node gone meanwhile) fixed: see test_soak_regressions
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=APP_BUGS[s]))
+                                  if s in APP_BUGS else s for s in SEEDS], ids=[f"seed-{s}" for s in SEEDS])
 def test_a_generated_fleet_keeps_every_safety_invariant(results: dict[int, RunResult], seed: int) -> None:
     result = results[seed]
     assert not result.failed, failure_text(result)
@@ -45,3 +51,7 @@ def test_the_short_soak_really_injects_faults_and_remediates(results: dict[int, 
     # issue 10's stricter faults (soak/strict.py) are drawn and performed in the short soak too
     assert sum(n for k, n in faults.items() if k.startswith("strict: ")) >= 10, faults
     assert sum(n for k, n in faults.items() if k.startswith("  action ") and "(not done)" not in k) >= 5, faults
+    # issue 19's forged ledger rows (soak/forged_rows.py) are written and refused in the short soak too
+    assert sum(n for k, n in faults.items() if k.startswith("forged rows: remediation ")) >= 20, faults
+    assert outcomes["forged rows: nodes named only by forged rows"] >= 3, outcomes
+    assert sum(n for k, n in outcomes.items() if k.startswith("forged rows: ended blocked ")) >= 15, outcomes

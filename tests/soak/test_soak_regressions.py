@@ -13,6 +13,8 @@ from soak.runner import Mix, run_seed
 # The pinned seeds run their scenarios as they were found: without the stricter faults of issue 10,
 # which soak.strict adds on top of every seed (they would change what these seeds exercise).
 IN_PROCESS = Mix(process_every=0, table_every=0, strict=False)
+# Seeds found by a layer on top (issue 18's forged DCGM series) run with every layer, as the soak ran them.
+EVERY_LAYER = Mix(process_every=0, table_every=0)
 
 
 def test_seed_1040_two_replacements_in_one_pool_do_not_share_a_new_node() -> None:
@@ -28,4 +30,31 @@ def test_seed_3024_a_node_given_up_on_and_repaired_by_a_later_remediation_may_be
     fault on the node was admitted as -2, which repaired and verified it and uncordoned it. The audit took
     the first record's "must stay cordoned" as final; a node's cordon belongs to its latest remediation."""
     result = run_seed(3024, mix=IN_PROCESS, wall_budget_s=240.0)
+    assert not result.failed, failure_text(result)
+
+
+def test_seed_118_a_forged_copy_of_a_healthy_nodes_series_does_not_open_the_breaker() -> None:
+    """Fixed: a tenant's PodMonitor (honorLabels, labeldrop) wrote DCGM_FI_DEV_ROW_REMAP_FAILURE=1 in the managed
+    exporter's exact shape for soak2/aks-gpu2-09583439-vmss000003, a healthy node. Its samples interleave with
+    the exporter's own 0s (scrapes 15 s apart), so about half the sweeps' instant queries saw 1, and the sweep
+    put the node in the breaker's window on each such sighting; with a genuine XID 79 and a host failure on two
+    other nodes, 3 of 8 GPU nodes (38% > BREAKER_PERCENT=30) opened the breaker. The breaker now counts a DCGM
+    fault only once the window re-check confirms it (shared/remediation/dcgm.py)."""
+    result = run_seed(118, mix=EVERY_LAYER, wall_budget_s=240.0)
+    assert not result.failed, failure_text(result)
+
+
+def test_short_seed_13_a_forged_row_whose_node_was_replaced_meanwhile_is_refused_and_holds_no_replace_turn() -> None:
+    """Fixed (steps.step_repairing blocks a row admission never recorded whose node is not registered).
+    Found: at t+31 s a table writer wrote remediation rows -5 (repairing/restart/requested) and -6
+    (repairing/replace/start) for soak1/aks-gpu1-12275417-vmss000001, then healthy. -5 ended blocked (NotOurCordon);
+    -6 waited on the node lease. A genuine degraded-host remediation (-1) then cordoned, drained and replaced that
+    node (deleteMachines at t+129 s). From t+245 s the forged -6 ran the replace rung on the node that no longer
+    existed: shared/remediation/steps.py step_repairing proves its preconditions only ``if current is not None``,
+    so with the node gone it went straight to step_replace ("replacing ... delete then restore count 3",
+    "deleting machine ...", "waiting for the replacement node"). It sent no ARM write (2 deleteMachines and 2
+    pool PUTs in the run, all the genuine remediations'), but it held pool gpu1's replace turn for 240 s: the
+    genuine remediation of vmss000000 waited from t+250 s to t+489 s ("remediation ...-6 is replacing a node of
+    pool gpu1"), and -6 ended gave_up ("an operator must look at it") instead of blocked."""
+    result = run_seed(13, mix=EVERY_LAYER, short=True, wall_budget_s=240.0)
     assert not result.failed, failure_text(result)

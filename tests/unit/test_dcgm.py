@@ -1,8 +1,11 @@
 """DCGM error counters from an Azure Monitor workspace: what the sweep publishes and what admission does,
-for every XID row and every counter row, and nothing at all from a workspace that fails.
+for every XID row and every counter row, nothing at all from a workspace that fails, and nothing from a
+series that is not the exporter's own (a tenant's, another cluster's, a phantom node's).
 
-The workspace is the simulator's PromQL model (sim/prometheus.py) answering the app's own query, so a
-query the subset (or Azure's one-``__name__``-matcher rule) would refuse fails here too.
+The workspace is the simulator's PromQL model (sim/prometheus.py, sim/promql.py) answering the app's own
+queries in AKS managed Prometheus's shape (``job="dcgm-exporter"``, the node in ``instance``, labelkeep
+``cluster|instance|gpu|job|__name__``, the default CSV's counters), so a query the subset (or Azure's
+one-``__name__``-matcher rule) would refuse fails here too.
 """
 
 from __future__ import annotations
@@ -12,17 +15,20 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
 
 from shared.kernel.errors import Forbidden, Invalid, Transient
 from shared.kernel.timefmt import iso
-from shared.remediation import admission, dcgm, sweep
+from shared.remediation import admission, dcgm, dcgm_recheck, sweep
+from shared.remediation import dcgm_provenance as prov
 from shared.remediation import signal_policy as sp
 from shared.remediation.dcgm_config import PrometheusTarget, parse_targets
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import KIND, UNHEALTHY_EVENT, Rung, State
 from shared.remediation.signals import ladder_for
 from shared.settings import SettingError, Settings
+from sim.prometheus import ExporterShape
 from tests.fakes.metrics import FakeWorkspace
 from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAccess, Fleet
 
@@ -30,6 +36,9 @@ ENDPOINT = "https://ws-1.eastus.prometheus.monitor.azure.com"
 THRESHOLD = 300
 POLICY = RemediationPolicy(default_threshold_s=THRESHOLD)
 TARGET = PrometheusTarget(cluster_id=CLUSTER, endpoint=ENDPOINT, cluster_value="c1")
+CUSTOM_JOB = "gpu-monitoring/dcgm-exporter"
+CUSTOM = PrometheusTarget(cluster_id=CLUSTER, endpoint=ENDPOINT, cluster_value="c1", exporter="custom", job=CUSTOM_JOB,
+                          node_label="Hostname", namespace="gpu-monitoring", counters=tuple(prov.POLICY_METRICS))
 
 
 class DcgmAccess(FakeAccess):
@@ -44,18 +53,29 @@ class DcgmAccess(FakeAccess):
 
 
 class DcgmFleet(Fleet):
-    def __init__(self, *, overrides: Mapping[int, str] | None = None, policy: RemediationPolicy = POLICY) -> None:
+    """Three GPU nodes of cluster c1 exporting through AKS's managed exporter (or an operator's own, with
+    ``custom``); a node of the same name in another cluster sends to the same workspace."""
+
+    def __init__(self, *, overrides: Mapping[int, str] | None = None, policy: RemediationPolicy = POLICY,
+                 custom: bool = False) -> None:
         super().__init__(policy=policy)
-        self.workspace = FakeWorkspace()
+        self.workspace = FakeWorkspace(self.clock.now)
         self.overrides = dict(overrides or {})
+        self.target = CUSTOM if custom else TARGET
+        shape = ExporterShape.custom(job=CUSTOM_JOB) if custom else ExporterShape()
         self.nodes = self.pool(3)
+        if not custom:  # AKS labels the nodes its managed exporter runs on (the managed scrape keeps only those)
+            for name in self.nodes:
+                view = self.kube.nodes[name]
+                self.kube.nodes[name] = msgspec.structs.replace(
+                    view, labels={**view.labels, prov.EXPORTER_NODE_LABEL: "enabled"})
         for name in self.nodes:
-            self.workspace.model.add_node(name, gpus=2, cluster="c1")
+            self.workspace.model.add_node(name, gpus=2, cluster="c1", shape=shape)
         self.workspace.model.add_node(self.nodes[0], gpus=2, cluster="other-cluster")  # same name, other cluster
 
     def settings(self, *, paused: bool = False) -> Settings:
-        return replace(super().settings(paused=paused), signals_prometheus={CLUSTER.lower(): TARGET},
-                       xid_overrides=self.overrides)
+        return replace(super().settings(paused=paused), signals_prometheus={CLUSTER.lower(): self.target},
+                       xid_overrides=self.overrides, remediation=self.policy)
 
     def ctx(self, instance: str = "host-a", *, paused: bool = False) -> Any:
         return replace(super().ctx(instance, paused=paused), access=DcgmAccess(self))
@@ -68,6 +88,12 @@ class DcgmFleet(Fleet):
 
     def unhealthy(self) -> list[dict[str, Any]]:
         return self.events.delivered(UNHEALTHY_EVENT)
+
+    def forge(self, node: str, *, xid: int = 79, gpu: str = "0", cluster_label: str = "c1", **labels: str) -> None:
+        """A PodMonitor's series with honorLabels and every other label dropped: the managed shape exactly."""
+        self.workspace.model.add_scraped("", exposed={"__name__": sp.XID_METRIC, "job": prov.MANAGED_JOB,
+                                                      "instance": node, "gpu": gpu, "cluster": cluster_label, **labels},
+                                         target={}, value=xid, honor=True)
 
 
 def _expected_ladder(action: str) -> list[str]:
@@ -128,8 +154,9 @@ def test_an_xid_the_table_does_not_know_is_recorded_only() -> None:
 
 # --------------------------------------------------------------------------- every counter row
 @pytest.mark.parametrize("row", sp.COUNTER_TABLE, ids=lambda r: r.metric)
-def test_every_counter_row_is_published_and_admitted_as_its_row_says(row: sp.CounterRow) -> None:
-    fleet = DcgmFleet()
+def test_every_counter_row_is_published_and_admitted_as_its_row_says_from_an_exporter_that_exports_it(
+        row: sp.CounterRow) -> None:
+    fleet = DcgmFleet(custom=True)
     node = fleet.nodes[2]
     sweep.sweep(fleet.ctx())  # the node is known at 0 (the lifetime counter's baseline)
     fleet.workspace.model.set(node, 0, row.metric, 3, cluster="c1")
@@ -144,7 +171,7 @@ def test_every_counter_row_is_published_and_admitted_as_its_row_says(row: sp.Cou
 
 
 def test_a_lifetime_count_seen_first_is_history_not_a_fault_and_its_growth_is_one_until_handled() -> None:
-    fleet = DcgmFleet()
+    fleet = DcgmFleet(custom=True)
     node = fleet.nodes[0]
     fleet.workspace.model.set(node, 0, sp.DBE_AGGREGATE, 7, cluster="c1")
     fleet.sweep_twice()
@@ -155,7 +182,13 @@ def test_a_lifetime_count_seen_first_is_history_not_a_fault_and_its_growth_is_on
     fleet.sweep_twice()
     [event] = fleet.unhealthy()
     assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
-    sweep.sweep(fleet.ctx())  # the handled growth becomes the new baseline
+    sweep.sweep(fleet.ctx())  # while its remediation runs, the growth stays a fault its steps can re-read
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None and row.data["baselines"]["0"] == 7.0 and sp.DBE_AGGREGATE in row.data["seen"]
+    [record] = fleet.ledger.list(KIND)
+    assert dcgm_recheck.still_present(fleet.ctx(), cluster_id=CLUSTER, node=node, key=sp.DBE_AGGREGATE)[0] is True
+    fleet.ledger.save(record.moved(State.DONE, at=fleet.clock.now()))
+    sweep.sweep(fleet.ctx())  # the remediation ended: the handled growth becomes the new baseline
     row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
     assert row is not None and row.data["baselines"]["0"] == 9.0 and sp.DBE_AGGREGATE not in row.data["seen"]
 
@@ -172,13 +205,14 @@ def test_a_fault_seen_once_is_not_published_and_one_that_cleared_is_forgotten() 
     sweep.sweep(fleet.ctx())
     assert fleet.unhealthy() == []
     model.reboot(node, cluster="c1")
-    fleet.clock.advance(10)
+    fleet.clock.advance(30)  # the next scrape
     sweep.sweep(fleet.ctx())  # cleared: forgotten
     assert fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node)).data["seen"] == {}  # type: ignore[union-attr]
     model.inject_xid(node, 0, 79, cluster="c1")
+    fleet.clock.advance(30)  # scraped
     fleet.sweep_twice()
     [event] = fleet.unhealthy()
-    assert event["data"]["since"] == iso(first + THRESHOLD + 9)  # a new first sighting, a new fault
+    assert event["data"]["since"] == iso(first + THRESHOLD - 1 + 60)  # a new first sighting, a new fault
 
 
 def test_admission_trusts_the_workspace_not_the_event() -> None:
@@ -188,14 +222,15 @@ def test_admission_trusts_the_workspace_not_the_event() -> None:
     [event] = fleet.unhealthy()
     fleet.workspace.model.reboot(fleet.nodes[0], cluster="c1")  # gone by the time the event arrives
     handled = admission.handle_event(event, fleet.ctx())
-    assert handled.outcome == admission.Handling.IGNORED and "no longer shows" in handled.detail
+    assert handled.outcome == admission.Handling.IGNORED and "does not show" in handled.detail
     forged = json.loads(json.dumps(event))
     forged["data"]["condition"] = "Xid48"
     forged["id"] = "forged"
     assert admission.handle_event(forged, fleet.ctx()).outcome == admission.Handling.IGNORED
     assert fleet.ledger.list(KIND) == []
     recheck = fleet.workspace.queries[-1]
-    assert f'Hostname="{fleet.nodes[0]}"' in recheck and 'cluster="c1"' in recheck  # one node, one query
+    assert recheck.startswith("min_over_time(") and f'instance="{fleet.nodes[0]}"' in recheck
+    assert 'cluster="c1"' in recheck and 'job="dcgm-exporter"' in recheck  # one node, its exporter, its window
 
 
 def test_a_workspace_that_fails_at_admission_is_retried_never_read_as_healthy() -> None:
@@ -242,7 +277,8 @@ def test_a_failing_workspace_publishes_nothing_counts_nothing_and_reports_its_er
     report = sweep.sweep(fleet.ctx())
     assert fleet.unhealthy() == []
     assert [e for e in report.errors if ENDPOINT in e and type(error).__name__ in e]
-    found = dcgm.sweep(fleet.ctx(), [fleet.cluster()], policy=POLICY)
+    found = dcgm.sweep(fleet.ctx(), [fleet.cluster()], policy=POLICY,
+                       known={CLUSTER.lower(): dict.fromkeys(fleet.nodes)})
     assert (found.faults, found.observations, found.pending) == ([], {}, 0)  # nor anything for the breaker
     row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, fleet.nodes[0]))
     assert row is not None and "Xid79" in row.data["seen"]  # not forgotten either: nothing was learnt
@@ -267,9 +303,11 @@ def test_a_node_without_series_is_neither_healthy_nor_faulty() -> None:
 def test_one_query_per_workspace_and_series_of_other_clusters_are_not_ours() -> None:
     fleet = DcgmFleet()
     fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="other-cluster")
-    fleet.sweep_twice()
+    report = fleet.sweep_twice()
     assert len(fleet.workspace.queries) == 2 and fleet.unhealthy() == []
-    assert "cluster" in fleet.workspace.queries[0]
+    assert fleet.workspace.queries[0] == ('{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_ROW_REMAP_FAILURE", '
+                                          'job="dcgm-exporter"}')
+    assert report.dcgm["refused"] == {}  # another cluster's series: not ours, and no forgery either
 
 
 # --------------------------------------------------------------------------- the setting
@@ -283,8 +321,10 @@ def test_the_setting_is_read_with_its_defaults() -> None:
 
     settings = load({**_settings(json.dumps({CLUSTER: {"endpoint": ENDPOINT + "/"}})), "SIGNALS_XID_OVERRIDES": "13=replace"})
     target = settings.signals_prometheus[CLUSTER.lower()]
-    assert (target.endpoint, target.node_label, target.cluster_label, target.cluster_value) == (ENDPOINT, "Hostname",
-                                                                                                "cluster", "c1")
+    assert (target.endpoint, target.exporter, target.job, target.node_label, target.cluster_label,
+            target.cluster_value) == (ENDPOINT, "managed", "dcgm-exporter", "instance", "cluster", "c1")
+    assert target.counters == (sp.XID_METRIC, sp.REMAP_FAILURE)
+    assert target.inactive == (sp.DBE_VOLATILE, sp.DBE_AGGREGATE, sp.REMAP_PENDING)
     assert settings.xid_overrides == {13: "replace"}
     assert load(_settings("")).signals_prometheus == {}
 
@@ -302,9 +342,16 @@ OTHER = CLUSTER.replace("/c1", "/c2")
     (json.dumps({CLUSTER: {"endpoint": "http://ws.example"}}), "https://"),
     (json.dumps({CLUSTER: {}}), "https://"),
     (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "nodelabel": "x"}}), "unknown keys"),
-    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "nodeLabel": "host-name"}}), "label name"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "nodeLabel": "Hostname"}}), "fixed by AKS's managed exporter"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "exporter": "mine"}}), "exporter must be"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "exporter": "custom", "counters": [sp.XID_METRIC]}}), "needs job"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "exporter": "custom", "job": "j"}}), "needs counters"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "exporter": "custom", "job": "j", "counters": ["DCGM_FI_DEV_GPU_UTIL"]}}),
+     "not read by the policy tables"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "exporter": "custom", "job": "j", "counters": [sp.XID_METRIC],
+                           "nodeLabel": "host-name"}}), "label name"),
+    (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "windowSeconds": 10}}), "windowSeconds"),
     (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterValue": ""}}), "clusterValue"),
-    (json.dumps({CLUSTER: {"endpoint": ENDPOINT}, OTHER: {"endpoint": ENDPOINT, "nodeLabel": "node"}}), "same nodeLabel"),
     (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterValue": "x"}, OTHER: {"endpoint": ENDPOINT, "clusterValue": "x"}}),
      "distinct"),
     (json.dumps({CLUSTER: {"endpoint": ENDPOINT, "clusterLabel": ""}, OTHER: {"endpoint": ENDPOINT, "clusterLabel": ""}}),
@@ -327,7 +374,7 @@ def test_the_app_never_queries_an_endpoint_the_setting_does_not_name() -> None:
 
 
 def test_a_storm_is_one_remediation_decided_by_the_fault_that_asks_the_most() -> None:
-    fleet = DcgmFleet()
+    fleet = DcgmFleet(custom=True)
     node = fleet.nodes[0]
     sweep.sweep(fleet.ctx())  # the lifetime count is known at 0
     fleet.workspace.model.ecc_storm(node, 0, cluster="c1")

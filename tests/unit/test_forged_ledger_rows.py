@@ -25,7 +25,7 @@ from shared.migration.plan import migration_id
 from shared.pools import steps as pool_steps
 from shared.pools.intake import accept
 from shared.pools.records import KIND as POOL_REQUEST
-from shared.pools.spec import TAG_REQUEST_ID
+from shared.pools.spec import TAG_CREATED_AT, TAG_REQUEST_ID, TAG_REQUESTER
 from shared.pools.teams import Team
 from tests.unit.fakes_pool import CLUSTER, make_world, message
 from tests.unit.test_migration import NOW, World, t4_pool
@@ -136,14 +136,15 @@ def _failed_pool(world: Any, name: str, **props: Any) -> None:
                                                 "provisioningState": "Failed", **props}
 
 
+REQUESTER = "team-vision@contoso.com"  # what message() claims; accept() without a team keeps it
+OURS = {TAG_REQUEST_ID: "req-evil", TAG_REQUESTER: REQUESTER}
+
 REQUEST_CASES = [
-    ("never-touched", {}, "belongs to another request or owner"),
-    ("tagged-by-another-request", {"tags": {TAG_REQUEST_ID: "req-other"}}, "belongs to another request or owner"),
-    ("tagged-but-another-size", {"tags": {TAG_REQUEST_ID: "req-evil"}, "vmSize": "Standard_NC8as_T4_v3"},
-     "is not the pool this request describes"),
-    ("tagged-but-a-system-pool", {"tags": {TAG_REQUEST_ID: "req-evil"}, "mode": "System",
-                                  "gpuProfile": {"driver": "Install", "nvidia": {"managementMode": "Managed"}}},
-     "mode is 'System'"),
+    ("never-touched", {}, "was not created by request 'req-evil'"),
+    ("tagged-by-another-request", {"tags": {**OURS, TAG_REQUEST_ID: "req-other"}}, "was not created by request"),
+    ("tagged-by-another-team", {"tags": {**OURS, TAG_REQUESTER: "research"}}, "was not created by request"),
+    ("tagged-but-no-creation-mark", {"tags": OURS}, "carries no creation mark"),
+    ("tagged-but-made-long-ago", {"tags": {**OURS, TAG_CREATED_AT: "1000"}}, "longer than any request can still"),
 ]
 
 
@@ -154,16 +155,33 @@ def test_a_forged_pool_request_row_never_deletes_a_pool_it_did_not_create(props:
     _failed_pool(world, "victim", **props)
     reconcile_once(world.ctx, modules={"pool-request": pool_steps})
     final = world.ledger.get(POOL_REQUEST, "req-evil")
+    assert final is not None and final.state == "blocked", final.data
+    assert world.aks.deletes == [] and world.aks.puts == []
+    assert why in final.data["reason"] and "nothing was created, changed or deleted" in final.data["reason"]
+    assert world.events.types()[-1] == "Steward.PoolRequest.Blocked"
+
+
+@pytest.mark.parametrize(("props", "why"), [
+    ({"vmSize": "Standard_NC8as_T4_v3"}, "is not the pool this request describes"),
+    ({"mode": "System", "gpuProfile": {"driver": "Install", "nvidia": {"managementMode": "Managed"}}},
+     "mode is 'System'"),
+], ids=["another-size", "a-system-pool"])
+def test_a_young_pool_of_this_request_that_no_longer_matches_it_is_left_alone(props: dict[str, Any], why: str) -> None:
+    world = make_world()
+    _forge_request(world, request_id="req-evil", pool="victim", vmSize="Standard_NC4as_T4_v3")
+    _failed_pool(world, "victim", tags={**OURS, TAG_CREATED_AT: str(int(world.clock.now()))}, **props)
+    reconcile_once(world.ctx, modules={"pool-request": pool_steps})
+    final = world.ledger.get(POOL_REQUEST, "req-evil")
     assert final is not None and final.state == "failed"
     assert world.aks.deletes == [] and world.aks.puts == []
-    cleanup = (final.data.get("outcome") or {}).get("cleanup") or {"action": "none", "note": ""}  # none tried
-    assert cleanup["action"] == "none" and why in cleanup["note"] + final.data["error"]["message"], final.data
+    cleanup = final.data["outcome"]["cleanup"]
+    assert cleanup["action"] == "none" and why in cleanup["note"], final.data
 
 
 def test_a_pool_request_cleanup_sends_if_match_with_the_etag_it_verified() -> None:
     world = make_world()
     _forge_request(world, request_id="req-evil", pool="victim", vmSize="Standard_NC4as_T4_v3")
-    _failed_pool(world, "victim", tags={TAG_REQUEST_ID: "req-evil"}, eTag='"v1"',
+    _failed_pool(world, "victim", tags={**OURS, TAG_CREATED_AT: str(int(world.clock.now()))}, eTag='"v1"',
                  gpuProfile={"driver": "Install", "nvidia": {"managementMode": "Managed"}})
     seen: list[dict[str, Any]] = []
     plain = world.aks.begin_delete_pool
@@ -215,21 +233,21 @@ FORGED_REQUESTS = [
 
 
 @pytest.mark.parametrize(("fields", "why"), [c[1:] for c in FORGED_REQUESTS], ids=[c[0] for c in FORGED_REQUESTS])
-def test_an_accepted_row_edited_after_intake_creates_no_pool_and_fails_naming_the_rule(
+def test_an_accepted_row_edited_after_intake_creates_no_pool_and_is_blocked_naming_the_rule(
         fields: dict[str, Any], why: str) -> None:
     world = _team_world()
     assert accept(message(requestId="req-1"), dequeue_count=1, ctx=world.ctx, team=VISION).status == "accepted"
-    _rewrite(world, "req-1", **fields)
-    final = _advance(world, "req-1")
-    assert final.state == "failed" and final.data["error"]["code"] == "RequestNotAllowed"
-    assert why in final.data["error"]["message"], final.data["error"]
+    _rewrite(world, "vision:req-1", **fields)
+    final = _advance(world, "vision:req-1")
+    assert final.state == "blocked" and final.data["error"]["code"] == "RequestNotAllowed"
+    assert why in final.data["reason"], final.data["error"]
     assert world.aks.puts == []
 
 
 def test_an_accepted_row_left_as_intake_wrote_it_goes_on_to_create_the_pool() -> None:
     world = _team_world()
     assert accept(message(requestId="req-1"), dequeue_count=1, ctx=world.ctx, team=VISION).status == "accepted"
-    assert _advance(world, "req-1").state == "creating"
+    assert _advance(world, "vision:req-1").state == "creating"
     assert len(world.aks.puts) == 1
 
 
@@ -242,5 +260,5 @@ def test_a_row_written_from_nothing_is_judged_like_a_message_from_no_queue() -> 
                        "vmSize": "Standard_NC4as_T4_v3"})
     world.ledger.create(rec)
     final = _advance(world, "req-x")
-    assert final.state == "failed" and "'mallory' is not a team" in final.data["error"]["message"]
+    assert final.state == "blocked" and "'mallory' is not a team" in final.data["reason"]
     assert world.aks.puts == []

@@ -24,22 +24,29 @@ from tests.unit.fakes_remediation import SUB, T0, FakeCompute, Fleet, vm_id
 RECORDED_EVENT = "Steward.Remediation.SignalRecorded"
 
 
+PLATFORM, UNPLANNED = signal_policy.PLATFORM_INITIATED, signal_policy.UNPLANNED
+
+
 @dataclass
 class HealthCompute(FakeCompute):
-    """FakeCompute plus Resource Health: ``states[vm]`` is what ARM says now (Available by default)."""
+    """FakeCompute plus Resource Health: ``states[vm]`` is what ARM says now (Available by default);
+    ``error`` is raised by every read when set."""
 
-    states: dict[str, str] = field(default_factory=dict)
+    states: dict[str, AvailabilityView] = field(default_factory=dict)
     forbidden: bool = False
+    error: Exception | None = None
     reads: list[str] = field(default_factory=list)
 
     def get_availability(self, vm_resource_id: str) -> AvailabilityView:
         self.reads.append(vm_resource_id)
         if self.forbidden:
             raise Forbidden("AuthorizationFailed: Microsoft.ResourceHealth/availabilityStatuses/read")
+        if self.error is not None:
+            raise self.error
         node = vm_resource_id.rsplit("/", 1)[-1]
         if node not in self.fleet.kube.nodes:
             raise NotFound(vm_resource_id)
-        return AvailabilityView(state=self.states.get(vm_resource_id.lower(), "Available"))
+        return self.states.get(vm_resource_id.lower(), AvailabilityView(state="Available"))
 
 
 def fleet_with(size: int = 3) -> tuple[Fleet, list[str]]:
@@ -49,9 +56,13 @@ def fleet_with(size: int = 3) -> tuple[Fleet, list[str]]:
     return fleet, names
 
 
-def arm_says(fleet: Fleet, node: str, state: str) -> None:
+def arm_says(fleet: Fleet, node: str, state: str, *, context: str = PLATFORM, category: str = UNPLANNED,
+             **more: str) -> None:
+    """ARM's current availability of ``node``'s VM: ``state``, classed ``context`` / ``category`` (a degraded
+    host's class by default; the spec's other AvailabilityStatusProperties in ``more``)."""
     assert isinstance(fleet.compute, HealthCompute)
-    fleet.compute.states[vm_id(node).lower()] = state
+    fleet.compute.states[vm_id(node).lower()] = AvailabilityView(state=state, context=context, category=category,
+                                                                 **more)
 
 
 def event_for(row: signal_policy.HealthRow, vm: str, *, at: float = T0) -> dict[str, Any]:

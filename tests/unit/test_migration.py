@@ -246,23 +246,38 @@ def test_a_replacement_that_never_becomes_healthy_is_rolled_back_and_the_old_poo
     assert_safe(world)
 
 
-def test_a_rollback_uncordons_only_the_nodes_this_migration_cordoned() -> None:
-    world = World(policy=MigrationPolicy(enabled=True, strategy="surge", validate_timeout_s=600))
+def test_a_node_someone_else_cordoned_is_marked_and_drained_and_the_event_says_whose_cordon_it_was() -> None:
+    world = World(policy=MigrationPolicy(enabled=True, strategy="surge"))
     node = sorted(n for n in world.fleet.nodes[world.cid] if "gpu-" in n)[0]
     kube = world.fleet.kube_of(world.cid)
     kube.nodes[node] = msgspec.structs.replace(kube.nodes[node], unschedulable=True)  # an operator's cordon
     run_planner(world.ctx())
-    rec = world.record()
-    draining = world.drive_direct(rec, crash_each_step=False, until="draining")
-    assert node not in draining.data["cordoned"]
-    draining = advance(draining, world.ctx())  # the first batch is being evicted: pods move to the replacement
-    rolling = msgspec.structs.replace(draining, state="rolling_back", data={**draining.data, "reason": "test"})
-    final = world.drive_direct(rolling, crash_each_step=False)
-    assert final.state == "rolled_back" and world.pool("gpum1") is None
-    assert world.fleet.running(world.cid, "train") == 3 and world.pods_on("gpum1") == 0
+    draining = world.drive_direct(world.record(), crash_each_step=False, until="draining")
+    assert len(draining.data["cordoned"]) == 3
+    marked = world.fleet.nodes[world.cid][node]
+    assert marked.unschedulable and marked.annotations.get(MIGRATION_ANNOTATION) == draining.id
+    assert any(n == node and "already cordoned by someone else" in m for n, _, m in world.fleet.events)
+    assert world.drive().state == "done"
     assert_safe(world)
-    assert world.fleet.nodes[world.cid][node].unschedulable  # not ours: left cordoned
-    assert not any(n.unschedulable for n in world.fleet.nodes[world.cid].values() if n.pool == "gpu" and n.name != node)
+
+
+def test_a_rollback_row_written_after_the_old_pool_was_cordoned_is_refused_and_touches_nothing() -> None:
+    # The app rolls back only before it cordons the old pool. Before, a row turned to rolling_back mid-drain
+    # moved the pods back and deleted the replacement; the old nodes carrying this record's cordon now say
+    # the migration got past cordoning, and undoing a drain is left to a person.
+    world = World(policy=MigrationPolicy(enabled=True, strategy="surge"))
+    run_planner(world.ctx())
+    draining = world.drive_direct(world.record(), crash_each_step=False, until="draining")
+    draining = advance(draining, world.ctx())  # the first batch is being evicted: pods move to the replacement
+    world.fleet.settle()
+    writes, cordons = list(world.fleet.arm_writes), {n: v.unschedulable for n, v in world.fleet.nodes[world.cid].items()}
+    rolling = msgspec.structs.replace(draining, state="rolling_back", data={**draining.data, "reason": "forged"})
+    final = advance(rolling, world.ctx())
+    assert final.state == "blocked" and "got past cordoning" in final.data["reason"], final.data.get("reason")
+    world.fleet.settle()
+    assert world.fleet.arm_writes == writes and world.pool("gpum1") is not None
+    assert {n: v.unschedulable for n, v in world.fleet.nodes[world.cid].items()} == cordons
+    assert world.events.types()[-1] == "Steward.Migration.Blocked"
 
 
 # --------------------------------------------------------------------------- crashes

@@ -67,7 +67,7 @@ def drive_to_success(world: World, *, cluster: str = CLUSTER, pool: str = "gpunp
 
 def test_states_are_split_into_active_and_terminal() -> None:
     assert set(ACTIVE_STATES) == {"accepted", "creating", "validating", "testing"}
-    assert set(TERMINAL_STATES) == {"succeeded", "rejected", "failed"}
+    assert set(TERMINAL_STATES) == {"succeeded", "rejected", "failed", "blocked"}
 
 
 # ----------------------------------------------------------------------------- accept
@@ -470,9 +470,9 @@ def test_a_nap_cluster_gets_a_node_pool_and_node_class_instead_of_an_agent_pool(
     final = record(world)
     assert final.state == "succeeded", final.data
     assert world.aks.puts == []
-    kinds = sorted(o["kind"] for o in world.kube(NAP_CLUSTER).applied)
-    assert kinds == ["AKSNodeClass", "NodePool"]
-    node_class = next(o for o in world.kube(NAP_CLUSTER).applied if o["kind"] == "AKSNodeClass")
+    kinds = sorted(o["kind"] for o in world.kube(NAP_CLUSTER).created)  # created, never applied over a name
+    assert kinds == ["AKSNodeClass", "NodePool"] and world.kube(NAP_CLUSTER).applied == []
+    node_class = next(o for o in world.kube(NAP_CLUSTER).created if o["kind"] == "AKSNodeClass")
     assert node_class["spec"]["tags"]["EnableManagedGPUExperience"] == "true"
 
 

@@ -53,7 +53,9 @@ def _read(data: PoolRequestData) -> dict[str, Any]:
 
 
 def test_the_fixture_covers_every_state_and_the_shapes_that_changed_names() -> None:
-    assert {row["state"] for row in ROWS} == {str(s) for s in State}
+    # ``blocked`` is newer than the stored rows (a refusal of a row the world does not bear out: shared.pools.proof);
+    # tests/unit/test_pool_forged_states.py round-trips the rows it writes.
+    assert {row["state"] for row in ROWS} == {str(s) for s in State} - {State.BLOCKED}
     keys = {k for row in ROWS for k in row["data"]}
     assert {"vmSize", "dequeueCount", "claimedRequester", "provisioningState", "problemCount", "messageHead",
             "failing", "job", "paused_since", "_error_streak"} <= keys

@@ -70,6 +70,22 @@ EXPECTED_ANNOTATIONS = {
     "VirtualMachineSizeChanged": RECORD_ONLY,
     "VirtualMachineConfigurationUpdated": RECORD_ONLY,
     "VirtualMachineFailedToSecureBoot": RECORD_ONLY,
+    # The page of 03/18/2026 (tests/fixtures/resource_health_annotations.tsv; tests/unit/test_resource_health_annotations.py)
+    "PossiblyDegradedDueToHardwareFailureWithRedeployDeadline": CORDON_DRAIN,
+    "VirtualMachinePossiblyDegradedDueToHardwareFailureLiveMigrationEligible": CORDON_DRAIN,
+    "VirtualMachinePossiblyDegradedDueToHardwareFailureLiveMigrationNotEligible": CORDON_DRAIN,
+    "VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadline": CORDON_DRAIN,
+    "VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadlineLiveMigrationEligible": CORDON_DRAIN,
+    "VirtualMachinePossiblyDegradedDueToHardwareFailureWithRedeployDeadlineLiveMigrationNotEligible": CORDON_DRAIN,
+    "VirtualMachineScheduledForServiceHealingLiveMigrationEligible": CORDON_DRAIN,
+    "VirtualMachineScheduledForServiceHealingLiveMigrationNotEligible": CORDON_DRAIN,
+    "VirtualMachineMigrationScheduledForDegradedHardwareLiveMigrationEligible": CORDON_DRAIN,
+    "VirtualMachineMigrationScheduledForDegradedHardwareLiveMigrationNotEligible": CORDON_DRAIN,
+    "VirtualMachineScheduledForMigrationWithGracePeriod": CORDON_DRAIN,  # the one exception to the rule
+    "VirtualMachineMigratedDueToHardwareFailure": RECORD_ONLY,
+    "NetworkUnhealthy": RECORD_ONLY,
+    "VirtualMachineStopInitiatedByControlPlaneTrackingId": RECORD_ONLY,
+    "VirtualMachineFailedSecureKeyRelease": RECORD_ONLY,
 }
 
 # XID -> (catalogue immediate-action bucket, our action).
@@ -259,16 +275,14 @@ def test_unknown_counters_are_recorded_only() -> None:
     assert d is not None and (d.action, d.row) == (RECORD_ONLY, "counter:default")
 
 
-# --------------------------------------------------------------------------- the query
-def test_one_query_with_one_name_matcher() -> None:
-    q = sp.dcgm_query()
-    assert q == ('max by (__name__, Hostname, gpu) ({__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_ECC_DBE_VOL_TOTAL|'
-                 'DCGM_FI_DEV_ECC_DBE_AGG_TOTAL|DCGM_FI_DEV_ROW_REMAP_FAILURE|DCGM_FI_DEV_ROW_REMAP_PENDING"})')
-    assert sp.dcgm_query("node").startswith("max by (__name__, node, gpu) (")
-    assert set(sp.QUERY_METRICS) == {sp.XID_METRIC, *EXPECTED_COUNTERS}
+# --------------------------------------------------------------------------- the queries
+def test_the_sweep_sends_one_query_with_one_name_matcher_for_the_exporters_counters() -> None:
+    from shared.remediation import dcgm_provenance as prov
+    from shared.remediation.dcgm_config import PrometheusTarget
 
-
-@pytest.mark.parametrize("label", ["", "1node", "node-name", 'x"}) or vector(1', "a b"])
-def test_query_refuses_a_label_that_is_not_a_label(label: str) -> None:
-    with pytest.raises(ValueError, match="not a Prometheus label name"):
-        sp.dcgm_query(label)
+    target = PrometheusTarget(cluster_id="/c", endpoint="https://w")
+    assert prov.sweep_query(target, target.counters) == (
+        '{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_ROW_REMAP_FAILURE", job="dcgm-exporter"}')
+    assert set(prov.POLICY_METRICS) == {sp.XID_METRIC, *EXPECTED_COUNTERS}
+    assert prov.window_query(target, sp.XID_METRIC, 'a"b') == (
+        'min_over_time({__name__="DCGM_FI_DEV_XID_ERRORS", job="dcgm-exporter", instance="a\\"b", cluster=""}[90s])')

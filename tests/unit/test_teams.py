@@ -155,7 +155,7 @@ def test_a_request_on_a_teams_queue_outside_its_mapping_is_rejected_with_the_tea
     outcome = accept(message(requestId="big-ask", cluster=NAP_CLUSTER, vmSize=H100, count=125), dequeue_count=1,
                      ctx=world.ctx, team=VISION)
     assert outcome.status == "rejected"
-    stored = world.ledger.get(KIND, "big-ask")
+    stored = world.ledger.get(KIND, "vision:big-ask")
     assert stored is not None and stored.state == "rejected" and stored.data["requester"] == "vision"
     fields = [p["field"] for p in stored.data["problems"]]
     assert fields == ["cluster", "vmSize", "count"]
@@ -169,20 +169,25 @@ def test_the_requester_recorded_is_the_team_of_the_queue_even_if_the_message_cla
     world = make_world()
     outcome = accept(message(requester="research"), dequeue_count=1, ctx=world.ctx, team=VISION)
     assert outcome.status == "accepted"
-    stored = world.ledger.get(KIND, "req-0001")
-    assert stored is not None
+    stored = world.ledger.get(KIND, "vision:req-0001")
+    assert stored is not None and outcome.request_id == stored.id
     assert stored.data["requester"] == "vision" and stored.data["request"]["requester"] == "vision"
     assert stored.data["claimed_requester"] == "research" and stored.data["team"] == "vision"
     assert stored.data["queue"] == VISION.queue
 
 
-def test_the_same_request_id_from_another_teams_queue_is_not_taken_for_a_redelivery() -> None:
+def test_the_same_request_id_from_another_teams_queue_is_that_teams_own_request() -> None:
+    # Rows are keyed by team and request id: neither team can squat (or be taken for a redelivery of) the other's.
     world = make_world()
     assert accept(message(), dequeue_count=1, ctx=world.ctx, team=VISION).status == "accepted"
-    other = Team(name="intruder", queue="gpu-pool-requests-intruder", clusters=None)
-    outcome = accept(message(), dequeue_count=1, ctx=world.ctx, team=other)
-    assert outcome.status == "rejected"
-    assert world.ledger.get(KIND, "req-0001").data["requester"] == "vision"  # type: ignore[union-attr]
+    other = Team(name="research", queue="gpu-pool-requests-research", clusters=None)
+    outcome = accept(message(poolName="respool"), dequeue_count=1, ctx=world.ctx, team=other)
+    assert (outcome.status, outcome.request_id) == ("accepted", "research:req-0001")
+    assert world.ledger.get(KIND, "vision:req-0001").data["requester"] == "vision"  # type: ignore[union-attr]
+    assert world.ledger.get(KIND, "research:req-0001").data["requester"] == "research"  # type: ignore[union-attr]
+    # and each team's redelivery is its own duplicate
+    assert accept(message(), dequeue_count=2, ctx=world.ctx, team=VISION).status == "duplicate"
+    assert accept(message(poolName="respool"), dequeue_count=2, ctx=world.ctx, team=other).status == "duplicate"
 
 
 def test_an_invalid_request_on_a_teams_queue_is_filed_under_the_team() -> None:
@@ -190,7 +195,7 @@ def test_an_invalid_request_on_a_teams_queue_is_filed_under_the_team() -> None:
     outcome = accept(message(requester="someone-else", vmSize="Standard_D4s_v5"), dequeue_count=1, ctx=world.ctx,
                      team=VISION)
     assert outcome.status == "rejected"
-    assert world.ledger.get(KIND, "req-0001").data["requester"] == "vision"  # type: ignore[union-attr]
+    assert world.ledger.get(KIND, "vision:req-0001").data["requester"] == "vision"  # type: ignore[union-attr]
 
 
 def test_the_entry_point_applies_the_team_named_by_the_trigger() -> None:
@@ -283,7 +288,7 @@ def test_a_request_that_would_pass_the_teams_total_is_rejected_counting_pools_an
     assert first.status == "accepted"
     second = accept(message(requestId="b", poolName="poolb", count=3), dequeue_count=1, ctx=world.ctx, team=capped)
     assert second.status == "rejected"
-    assert "maxGpusTotal is 8" in world.ledger.get(KIND, "b").data["reasons"][0]  # type: ignore[union-attr]
+    assert "maxGpusTotal is 8" in world.ledger.get(KIND, "vision:b").data["reasons"][0]  # type: ignore[union-attr]
     reconcile_once(world.ctx, modules={"pool-request": pool_steps})  # a: PUT, the pool exists in ARM now
     assert [p.pool for p in world.aks.puts] == ["poola"]
     # a redelivery of a is not counted against itself; c fits beside a's 6 GPUs
@@ -303,4 +308,4 @@ def test_pools_the_ledger_no_longer_follows_are_counted_from_arm() -> None:
     world.aks.pools[(CLUSTER.lower(), "theirs")] = _pool("research", "r1", size=T4X4, count=2)
     outcome = accept(message(requestId="e", count=1), dequeue_count=1, ctx=world.ctx, team=capped)
     assert outcome.status == "rejected"
-    assert "8 in its pools" in world.ledger.get(KIND, "e").data["reasons"][0]  # type: ignore[union-attr]
+    assert "8 in its pools" in world.ledger.get(KIND, "vision:e").data["reasons"][0]  # type: ignore[union-attr]

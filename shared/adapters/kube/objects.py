@@ -32,10 +32,11 @@ def _kinds(*keys: tuple[str, str]) -> dict[tuple[str, str], tuple[str, bool]]:
 
 
 _JOB, _NODEPOOL, _NODECLASS = ("batch", "Job"), ("karpenter.sh", "NodePool"), ("karpenter.azure.com", "AKSNodeClass")
-# Which kinds each generic method handles: the app's calls, per kind (shared.pools.creation: the sample
-# Job is created, read and deleted; Karpenter objects are applied, read and, for a failed pool, deleted).
+# Which kinds each generic method handles: the app's calls, per kind (shared.pools: the sample Job is
+# created, read and deleted; Karpenter objects are created (create-only), replaced only at a checked
+# resourceVersion, read and, for a failed pool, deleted).
 # Each method refuses every other kind, so its declared rules are exactly its calls.
-CREATE_KINDS = _kinds(_JOB)
+CREATE_KINDS = _kinds(_JOB, _NODEPOOL, _NODECLASS)
 APPLY_KINDS = _kinds(_NODEPOOL, _NODECLASS)
 READ_KINDS = _kinds(_JOB, _NODEPOOL, _NODECLASS)
 DELETE_KINDS = _kinds(_JOB, _NODEPOOL, _NODECLASS)
@@ -85,22 +86,29 @@ class KubeObjects(KubeTransport):
 
     @requires_kube_kinds(CREATE_KINDS, "create")
     def create_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Create a sample Job (the only kind the app creates outright)."""
+        """Create a sample Job, NodePool or AKSNodeClass; Conflict (409) when the name is taken: never a replace."""
         name = (obj.get("metadata") or {}).get("name", "")
         return self._run(lambda: self._create(obj, method=KubeObjects.create_object),
                          what=f"create {obj.get('kind')} {name}")
 
     @requires_kube_kinds(APPLY_KINDS, "get", "create", "update")
     def apply_object(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Create or replace a Karpenter NodePool or AKSNodeClass (node auto-provisioning pools)."""
+        """Create or replace a Karpenter NodePool or AKSNodeClass (node auto-provisioning pools).
+
+        With ``metadata.resourceVersion`` set, only that version is replaced (no read, no create): the caller
+        read the object and checked it is its own, and an object changed or re-made since answers 409 (Conflict).
+        """
         meta = dict(obj.get("metadata") or {})
         api_version, kind, name = str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("name", ""))
         method = KubeObjects.apply_object
         group, version, plural, ns = self._object_args(api_version, kind, meta.get("namespace"), method=method)
         what = f"apply {kind} {name}"
 
+        pinned = meta.get("resourceVersion")
+
         def once() -> Mapping[str, Any]:
-            existing = self._get(api_version, kind, name, ns, method=method)
+            existing = {"metadata": {"resourceVersion": pinned}} if pinned else \
+                self._get(api_version, kind, name, ns, method=method)
             if existing is None:
                 try:
                     return self._create(obj, method=method)
