@@ -236,6 +236,19 @@ def _admit_checked(ctx: Context, *, cluster: Any, kube: KubePort, node: NodeView
                   ladder=ladder)
 
 
+def scoped_cluster(ctx: Context, cluster_id: str) -> tuple[Any, str]:
+    """The cluster an event names, read from ARM and judged in scope now: (cluster, "") or (None, why not).
+    The re-checks of the signals that publish their own events (DCGM, GPU capacity) start here."""
+    try:
+        cluster = ctx.access.aks().get_cluster(cluster_id)
+    except (NotFound, Forbidden) as exc:
+        return None, f"cluster {cluster_id} cannot be read ({exc})"
+    ok, why = scope.cluster_in_scope(cluster, ctx.settings)
+    if not ok:
+        return None, f"cluster {cluster_id} is out of scope ({why})"
+    return cluster, ""
+
+
 def admit_signal(ctx: Context, *, cluster: Any, node: NodeView, signal: Signal, event_id: str,
                  observed_at: float) -> Handled:
     """Admit a remediation for a fault another source saw (shared.remediation.signals), or record it.

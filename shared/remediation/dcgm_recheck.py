@@ -14,7 +14,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared.fleet import scope
 from shared.kernel.errors import Forbidden, Invalid, NotFound, StewardError, Throttled, Transient
 from shared.kernel.timefmt import iso, parse_time
 from shared.remediation import admission, attempts, health
@@ -72,13 +71,9 @@ def recheck(ctx: Context, data: Mapping[str, Any], *, event_id: str, observed_at
     target = ctx.settings.signals_prometheus.get(cluster_id.lower())
     if target is None:
         return _ignored(f"cluster {cluster_id} has no workspace in SIGNALS_PROMETHEUS")
-    try:
-        cluster = ctx.access.aks().get_cluster(cluster_id)
-    except (NotFound, Forbidden) as exc:
-        return _ignored(f"cluster {cluster_id} cannot be read ({exc})")
-    ok, why = scope.cluster_in_scope(cluster, ctx.settings)
-    if not ok:
-        return _ignored(f"cluster {cluster_id} is out of scope ({why})")
+    cluster, why_not = admission.scoped_cluster(ctx, cluster_id)
+    if cluster is None:
+        return _ignored(why_not)
     policy = admission.policy_of(ctx)
     now = ctx.clock.now()
     node = ctx.access.kube(cluster.id).get_node(node_name)

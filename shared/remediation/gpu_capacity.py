@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from shared.fleet import gpu_sizes, scope, stack
+from shared.fleet import gpu_sizes, stack
 from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound, StewardError
 from shared.kernel.ports import NodeView, PoolInfo, Record
 from shared.kernel.quantity import whole_units
@@ -401,13 +401,9 @@ def recheck(ctx: Context, data: Mapping[str, Any], *, event_id: str, observed_at
     policy = admission.policy_of(ctx)
     if not policy.gpu_capacity:
         return _ignored("the GPU capacity signal is off (REMEDIATION_GPU_CAPACITY=false)")
-    try:
-        cluster = ctx.access.aks().get_cluster(cluster_id)
-    except (NotFound, Forbidden) as exc:
-        return _ignored(f"cluster {cluster_id} cannot be read ({exc})")
-    ok, why = scope.cluster_in_scope(cluster, ctx.settings)
-    if not ok:
-        return _ignored(f"cluster {cluster_id} is out of scope ({why})")
+    cluster, why_not = admission.scoped_cluster(ctx, cluster_id)
+    if cluster is None:
+        return _ignored(why_not)
     now = ctx.clock.now()
     node = ctx.access.kube(cluster.id).get_node(node_name)
     if node is None:
