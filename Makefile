@@ -3,9 +3,12 @@
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
 #   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ (mypy.ini)
+#   make test-realkube   the real-control-plane lane: builds kube-apiserver, etcd, the controller manager,
+#                the scheduler and kwok from Go modules (cached outside the repo), starts them on loopback,
+#                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
 
 .POSIX:
-.PHONY: all venv azurite test demo bench soak lint clean
+.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube
 
 PYTHON = python3.11
 VENV = .venv
@@ -34,6 +37,13 @@ $(AZURITE): $(STAMP) devhost/azurite.py
 
 test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest -q
+
+# The real control plane, built from Go modules into ~/.cache/gpu-fleet-steward/realkube (realkube/build.py).
+realkube-build: $(STAMP)
+	$(PY) -m realkube build
+
+test-realkube: realkube-build $(AZURITE)
+	$(PY) -m pytest -q -p no:cacheprovider tests/realkube
 
 demo: $(STAMP) $(AZURITE)
 	$(PY) -m demo

@@ -13,7 +13,7 @@ from typing import Any
 from sim.http import Request, Response
 from sim.model import Cluster, Fleet
 from sim.scenario import ScenarioError, add_workload, flip_now
-from sim.tokens import KNOWN_AUDIENCES
+from sim.tokens import AKS_AUDIENCES, KNOWN_AUDIENCES
 
 
 def _err(status: int, message: str) -> Response:
@@ -31,6 +31,29 @@ def _cluster(fleet: Fleet, body: dict[str, Any]) -> Cluster:
     if cluster is None:
         raise _NotFound(f"no cluster {body['cluster']!r}")
     return cluster
+
+
+def token_review(fleet: Fleet, body: Any) -> dict[str, Any]:
+    """Answer a kube-apiserver token webhook (``authentication.k8s.io/v1`` TokenReview) for a token
+    this simulator's identity endpoint issued for the AKS server application, as AKS's Entra webhook
+    (kubeguard/guard) does for a real cluster: the user is the token's object id, its groups the
+    token's groups. A real kube-apiserver started with ``--authentication-token-webhook-config-file``
+    pointing here (realkube) then authorizes the app with its own RBAC.
+
+    Source: kubernetes/kubernetes ``staging/src/k8s.io/apiserver/plugin/pkg/authenticator/token/webhook/webhook.go``
+    (the request and answer shapes); learn.microsoft.com/azure/aks/concepts-identity (the webhook).
+    """
+    spec = (body or {}).get("spec") or {} if isinstance(body, dict) else {}
+    verdict = fleet.tokens.verify(str(spec.get("token") or ""), AKS_AUDIENCES)
+    review: dict[str, Any] = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview"}
+    if verdict.status != 200:
+        review["status"] = {"authenticated": False, "error": verdict.reason}
+        return review
+    review["status"] = {"authenticated": True,
+                        "user": {"username": verdict.principal, "uid": verdict.principal,
+                                 "groups": list(verdict.groups)},
+                        "audiences": list(spec.get("audiences") or [])}
+    return review
 
 
 class ControlApi:
@@ -71,7 +94,9 @@ class ControlApi:
                                                      "/_sim/workloads", "/_sim/advance", "/_sim/token",
                                                      "/_sim/lock", "/_sim/spot-evict", "/_sim/rbac",
                                                      "/_sim/kubelet", "/_sim/resource-health", "/_sim/dcgm",
-                                                     "/_sim/gpus"]})
+                                                     "/_sim/gpus", "/_sim/tokenreview"]})
+        if key == ("POST", "/tokenreview"):
+            return Response.json(200, token_review(fleet, body))
         if key == ("GET", "/oracles"):
             report = fleet.oracles.report()
             faults = getattr(fleet, "faults", None)
