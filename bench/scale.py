@@ -17,6 +17,7 @@ class Scale:
     sweep_page_size: int
     sweep_fixed_page: int  # a page size every cluster of every fleet fills (for the memory-growth figure)
     share_nodes: int  # nodes of the one cluster listed for the simulator's share
+    realkube_nodes: tuple[int, ...]  # GPU nodes listed from the real kube-apiserver (realkube_list), in pages of sweep_page_size
     import_runs: int  # fresh processes per cold-import variant (the median is reported)
     drain_pods: int  # pods on the drained node
     migration_nodes: int  # nodes of the migrated pool
@@ -25,9 +26,11 @@ class Scale:
 
 
 FULL = Scale(name="full", sweep_fleets=(1_000, 5_000, 20_000), sweep_clusters=50, sweep_page_size=500, sweep_fixed_page=20,
-             share_nodes=5_000, import_runs=3, drain_pods=100, migration_nodes=16, speed=10.0, timeout_s=240.0)
+             share_nodes=5_000, realkube_nodes=(1_000, 5_000), import_runs=3,
+             drain_pods=100, migration_nodes=16, speed=10.0, timeout_s=240.0)
 
 TINY = Scale(name="tiny", sweep_fleets=(40, 80), sweep_clusters=4, sweep_page_size=10, sweep_fixed_page=5,
-             share_nodes=60, import_runs=1, drain_pods=8, migration_nodes=2, speed=40.0, timeout_s=120.0)
+             share_nodes=60, realkube_nodes=(50, 200), import_runs=1,
+             drain_pods=8, migration_nodes=2, speed=40.0, timeout_s=120.0)
 
 SCALES = {s.name: s for s in (FULL, TINY)}

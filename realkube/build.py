@@ -34,6 +34,9 @@ from pathlib import Path
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# Karpenter's CRDs (karpenter.sh NodePool and NodeClaim) come from its module's pkg/apis/crds, read
+# from the Go module cache (realkube.cluster.karpenter_crds); nothing is built from it.
+KARPENTER_VERSION = "v1.14.1"  # newer releases need a newer Go than 1.26.8
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -85,6 +88,17 @@ def _go(args: list[str], cwd: Path, what: str) -> str:
             f"remove {cwd} to start that module over."
         )
     return proc.stdout
+
+
+def module_dir(module: str, version: str) -> Path | None:
+    """Where the Go module cache holds ``module@version`` (None when it is not there)."""
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOPROXY="off")
+    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
+                          env=env, cwd=str(Path.home()))
+    if proc.returncode != 0:
+        return None
+    directory = json.loads(proc.stdout).get("Dir")
+    return Path(directory) if directory and Path(directory).is_dir() else None
 
 
 def upstream_gomod(module: str, version: str, cwd: Path) -> str:
@@ -201,7 +215,7 @@ def build(force: bool = False) -> dict[str, Path]:
     if shutil.which("go") is None:
         raise BuildError("the Go toolchain (go 1.26) is needed to build the real control plane; it is not on PATH")
     out = bin_dir()
-    if built() and not force:
+    if built() and not force and module_dir("sigs.k8s.io/karpenter", KARPENTER_VERSION) is not None:
         return binaries()
     out.mkdir(parents=True, exist_ok=True)
     src = out.parent / "src"
@@ -210,6 +224,7 @@ def build(force: bool = False) -> dict[str, Path]:
         if all(p.exists() for p in mains_out) and not force:
             continue
         build_wrapper(wrapper, src / wrapper.name, out)
+    _go(["mod", "download", f"sigs.k8s.io/karpenter@{KARPENTER_VERSION}"], src, "download of Karpenter's CRDs")
     missing = [n for n, p in binaries().items() if not p.exists()]
     if missing:
         raise BuildError(f"built, yet missing: {missing}")

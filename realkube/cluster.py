@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
@@ -115,6 +114,29 @@ class RealCluster:
                 proc.kill()
                 proc.wait()
 
+    def spawn(self, name: str, args: list[str]) -> None:
+        log = (self.run_dir / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def start_kubelet(self, value: str) -> str:
+        """A kwok process acting as the kubelet of every Node annotated ``kwok.x-k8s.io/node: <value>``
+        ("fake": the shared one). A story that needs a kubelet to stop gives its node a value of its
+        own and stops that process (:meth:`stop_kubelet`): kwok filters nodes by annotation on its
+        side (pkg/utils/informer/event.go), so removing the annotation does not stop it."""
+        name = "kwok" if value == "fake" else f"kwok-{value}"
+        self.spawn(name, [str(build.binaries()["kwok"]), f"--kubeconfig={self.run_dir / 'kwok.kubeconfig'}",
+                          f"--config={self.run_dir / 'kwok-stages.yaml'}", "--manage-all-nodes=false",
+                          f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={value}",
+                          "--node-lease-duration-seconds=40", f"--node-port={free_port()}",
+                          "--server-address=127.0.0.1:0"])
+        return name
+
+    def stop_kubelet(self, value: str) -> None:
+        proc = self.processes.pop(f"kwok-{value}")
+        proc.terminate()
+        proc.wait(timeout=15)
+
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
@@ -143,13 +165,53 @@ def _webhook_config(url: str, ca_file: str) -> str:
     }, indent=1)
 
 
+# The audit policy: every write to pods (deletes, evictions, creates) at Metadata level, nothing else.
+# The lane's oracle reads it: no pod may be deleted by the app except through the Eviction API
+# (staging/src/k8s.io/apiserver/pkg/apis/audit/v1/types.go; kubernetes.io/docs/tasks/debug/debug-cluster/audit).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "verbs": ["create", "delete", "deletecollection", "patch", "update"],
+         "resources": [{"group": "", "resources": ["pods", "pods/eviction", "nodes"]}]},
+        {"level": "None"},
+    ],
+}
+
+
+def audit_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The API server's audit log (ResponseComplete events), one dict per request."""
+    path = run_dir / "audit.log"
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("stage") == "ResponseComplete":
+                events.append(event)
+    return events
+
+
+def karpenter_crds() -> list[Path]:
+    """Karpenter's own CRD manifests for the kinds the app touches (karpenter.sh NodePool, NodeClaim),
+    from the module cache (``sigs.k8s.io/karpenter`` pkg/apis/crds). AKS's AKSNodeClass CRD lives in
+    github.com/Azure/karpenter-provider-azure, which the Go module proxy does not serve here."""
+    directory = build.module_dir("sigs.k8s.io/karpenter", build.KARPENTER_VERSION)
+    if directory is None:
+        raise ClusterError(f"sigs.k8s.io/karpenter@{build.KARPENTER_VERSION} is not in the Go module cache: "
+                           "run `make realkube-build`")
+    crds = [directory / "pkg" / "apis" / "crds" / f"karpenter.sh_{kind}.yaml" for kind in ("nodepools", "nodeclaims")]
+    missing = [str(p) for p in crds if not p.exists()]
+    if missing:
+        raise ClusterError(f"Karpenter's CRDs are not where they were: {missing}")
+    return crds
+
+
 def kwok_module_dir() -> Path:
-    out = subprocess.run(["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{build.KWOK_VERSION}"],
-                         capture_output=True, text=True, cwd=tempfile.gettempdir(),
-                         env=dict(os.environ, GOFLAGS="-mod=mod"))
-    if out.returncode != 0:
-        raise ClusterError(f"could not find kwok {build.KWOK_VERSION} in the Go module cache: {out.stderr}")
-    return Path(json.loads(out.stdout)["Dir"])
+    directory = build.module_dir("sigs.k8s.io/kwok", build.KWOK_VERSION)
+    if directory is None:
+        raise ClusterError(f"kwok {build.KWOK_VERSION} is not in the Go module cache: run `make realkube-build`")
+    return directory
 
 
 def kwok_stages() -> str:
@@ -202,11 +264,9 @@ def start(run_dir: Path, *, token_webhook: str | None = None, webhook_ca: str | 
     for user in ("admin", "controller-manager", "scheduler", "kwok"):
         (run_dir / f"{user}.kubeconfig").write_text(_kubeconfig(server, pki, user))
 
-    def spawn(name: str, args: list[str]) -> None:
-        log = (run_dir / f"{name}.log").open("wb")
-        cluster.processes[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    spawn = cluster.spawn
 
+    (run_dir / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     try:
         spawn("etcd", [str(bins["etcd"]), "--name=realkube", f"--data-dir={run_dir / 'etcd'}",
@@ -227,6 +287,8 @@ def start(run_dir: Path, *, token_webhook: str | None = None, webhook_ca: str | 
                # The endpoint reconciler refuses a loopback advertise address; nothing here needs the
                # kubernetes Service endpoints.
                "--endpoint-reconciler-type=none",
+               f"--audit-policy-file={run_dir / 'audit-policy.json'}", f"--audit-log-path={run_dir / 'audit.log'}",
+               "--audit-log-format=json", "--audit-log-mode=blocking",
                "--enable-priority-and-fairness=false", "--profiling=false", "--v=1"]
         if token_webhook:
             hook = run_dir / "token-webhook.kubeconfig"
@@ -252,11 +314,7 @@ def start(run_dir: Path, *, token_webhook: str | None = None, webhook_ca: str | 
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false", "--v=1"])
         stages = run_dir / "kwok-stages.yaml"
         stages.write_text(kwok_stages())
-        spawn("kwok", [str(bins["kwok"]), f"--kubeconfig={run_dir / 'kwok.kubeconfig'}", f"--config={stages}",
-                       "--manage-all-nodes=false",
-                       f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                       "--node-lease-duration-seconds=40", f"--node-port={free_port()}",
-                       "--server-address=127.0.0.1:0"])
+        cluster.start_kubelet("fake")
         # The namespace `default` and its service account exist once the controllers run: every pod
         # create before that is refused by the ServiceAccount admission plugin.
         _wait_for(cluster, "the default service account",

@@ -1,10 +1,12 @@
 #!/bin/sh
 # Apply the steward's namespace and Kubernetes RBAC (infra/kubernetes/: namespace.yaml, the
-# cluster-wide clusterrole.yaml, the namespaced role.yaml, and clusterrolebinding.yaml and
+# cluster-wide clusterrole.yaml, role.yaml's two namespaced Roles, and clusterrolebinding.yaml and
 # rolebinding.yaml, which bind them to the app's identity) to EVERY cluster of the fleet, Azure RBAC
 # ones included: evictions are authorised by the ClusterRole only (the Azure role holds no pods/write,
-# which would let the app create privileged pods: docs/security.md), the Karpenter kinds have no Azure
-# RBAC data actions, and the app's leases, events and sample Jobs live in namespace.yaml's namespace.
+# which would let the app create privileged pods: docs/security.md), the node Events in `default` by
+# role.yaml's node-events Role only, the Karpenter kinds have no Azure RBAC data actions, and the app's
+# leases and sample Jobs live in namespace.yaml's namespace. role.yaml and rolebinding.yaml hold several
+# documents ("---"); kubectl apply -f applies each.
 # The simulator deploys the same files into every simulated cluster (sim/rbac.py).
 # Run it as a cluster admin:
 #

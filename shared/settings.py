@@ -39,7 +39,7 @@ DEFAULT_CLUSTER_TAG = "gpu-fleet-steward=enabled"
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 DEFAULT_ARM_AUDIENCE = "https://management.azure.com/"
 DEFAULT_AKS_SERVER_APP_ID = "6dae42f8-4368-4678-94ff-3960e28e3630"
-# The app's own namespace in every cluster (infra/kubernetes/namespace.yaml): leases, events, sample Jobs.
+# The app's own namespace in every cluster (infra/kubernetes/namespace.yaml): leases, sample Jobs (node Events: `default`).
 DEFAULT_STEWARD_NAMESPACE = "gpu-fleet-steward"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DEFAULT_EVENTGRID_AUDIENCE = "https://eventgrid.azure.net"

@@ -68,12 +68,22 @@ class Disruption:
                 except ValueError:
                     pass
             healthy += 1
-        expected = self._expected_pods(pods) if pods else 0
-        if spec.get("minAvailable") is not None:
-            desired = _int_or_percent(spec["minAvailable"], expected, round_up=True)
+        # getExpectedPodCount: an integer minAvailable counts the matching pods; a percentage or a
+        # maxUnavailable needs the controllers' scale, where pods without a controller count for
+        # nothing ("unmanaged pods": the status cannot be calculated, so no disruption is allowed).
+        # Checked against kube-apiserver v1.37.2 in tests/realkube, story budget_shapes.
+        min_available = spec.get("minAvailable")
+        if min_available is not None and not isinstance(min_available, str):
+            expected = len(pods)
+            desired = int(min_available)
+        elif min_available is not None:
+            expected = self._expected_pods(pods) if pods else 0
+            desired = _int_or_percent(min_available, expected, round_up=True)
         elif spec.get("maxUnavailable") is not None:
+            expected = self._expected_pods(pods) if pods else 0
             desired = max(0, expected - _int_or_percent(spec["maxUnavailable"], expected, round_up=True))
         else:
+            expected = self._expected_pods(pods) if pods else 0
             desired = expected
         allowed = healthy - desired if expected > 0 else 0
         return {"currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
@@ -81,11 +91,10 @@ class Disruption:
 
     def _expected_pods(self, pods: list[Pod]) -> int:
         """Scale of the controllers owning the pods (as the disruption controller finds it)."""
-        total, seen, bare = 0, set(), 0
+        total, seen = 0, set()
         for p in pods:
             ref = controller_of(p.obj)
             if not ref:
-                bare += 1
                 continue
             if ref["uid"] in seen:
                 continue
@@ -98,7 +107,7 @@ class Disruption:
                 total += int(spec.get("parallelism", 1)) if owner else 0
             else:
                 total += sum(1 for q in pods if (controller_of(q.obj) or {}).get("uid") == ref["uid"])
-        return total + bare
+        return total  # pods without a controller are unmanaged: getExpectedScale skips them
 
     def _owner(self, namespace: str, ref: dict[str, Any]) -> KObj | None:
         resource = {"ReplicaSet": "replicasets.apps", "StatefulSet": "statefulsets.apps",

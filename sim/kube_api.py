@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from sim import rbac
+from sim import openapi, rbac
 from sim.eviction import Evictions
 from sim.http import Request, Response
 from sim.kube_errors import ApiError, not_found
@@ -157,6 +157,14 @@ class KubeApi(Reads, Writes, Evictions):
         head = p[0]
         if head == "version" and len(p) == 1:
             return self._only_get(req, lambda: _version(c))
+        if head == "openapi" and len(p) >= 2 and p[1] == "v3":
+            # kubectl reads these to learn that the server validates fields itself (sim/openapi.py)
+            if len(p) == 2:
+                return self._only_get(req, lambda: openapi.index(c.resources()))
+            doc = openapi.document(c.resources(), "/".join(p[2:]))
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return self._only_get(req, lambda: doc)
         if head in ("healthz", "livez", "readyz") and len(p) == 1:
             return Response(status=200, body=b"ok", headers={"Content-Type": "text/plain"})
         if head == "api":

@@ -293,7 +293,11 @@ class Reads:
         if end < len(raws):
             token = self._snapshot_token(c, cont, raws, rv, end)
             meta["continue"] = token
-            meta["remainingItemCount"] = len(raws) - end
+            # Only for a list without selectors: the server cannot count what a selector would keep
+            # (staging/src/k8s.io/apiserver/pkg/storage/continue.go PrepareContinueToken,
+            # "We only set remainingItemCount if the predicate is empty").
+            if not req.arg("labelSelector") and not req.arg("fieldSelector"):
+                meta["remainingItemCount"] = len(raws) - end
         elif cont:
             c.list_snapshots.pop(str(_decode_continue(cont).get("s")), None)  # last page served: free it
         body = b"".join([b'{"kind":"', kind.encode(), b'List","apiVersion":"', api_version.encode(),

@@ -41,6 +41,29 @@ def _validate_pod_spec(spec: Any, path: str) -> list[tuple[str, str, str]]:
     return causes
 
 
+def _legacy_event_namespace(event: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A core/v1 Event lives in its involved object's namespace; one about a cluster-scoped object (a
+    Node) in ``default`` (or, with ``eventTime`` set, ``default`` or ``kube-system``), never in any
+    other: 422 ``involvedObject.namespace: Invalid value: "": does not match event.namespace``.
+
+    kubernetes/kubernetes pkg/apis/core/validation/events.go ``legacyValidateEvent`` (checked against
+    kube-apiserver v1.37.2 in tests/realkube, story events).
+    """
+    ns = str((event.get("metadata") or {}).get("namespace") or "")
+    involved = event.get("involvedObject") or {}
+    involved_ns = str(involved.get("namespace") or "") if isinstance(involved, dict) else ""
+    if event.get("eventTime"):
+        ok = bool(involved_ns) or ns in ("default", "kube-system")
+    elif not involved_ns:
+        ok = ns in ("", "default")
+    else:
+        ok = ns == involved_ns
+    if ok:
+        return []
+    return [("involvedObject.namespace", f'Invalid value: "{involved_ns}": does not match event.namespace',
+             "FieldValueInvalid")]
+
+
 def validate(key: str, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The (field, message, reason) causes that make a written object invalid; empty when it is valid."""
     spec = obj.get("spec")
@@ -128,6 +151,8 @@ def validate(key: str, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
     elif key in ("events", "events.events.k8s.io"):
         if key == "events" and not obj.get("involvedObject"):
             causes.append(("involvedObject", "Required value", "FieldValueRequired"))
+        elif key == "events":
+            causes += _legacy_event_namespace(obj)
         if key == "events.events.k8s.io" and not obj.get("reportingController"):
             causes.append(("reportingController", "Required value", "FieldValueRequired"))
     return causes

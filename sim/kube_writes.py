@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from sim import psa
+from sim import openapi, psa
 from sim.http import Request, Response
 from sim.kube_errors import ApiError, conflict, invalid, not_found
 from sim.kube_patch import json_patch, merge_patch, strategic_patch
@@ -39,6 +39,31 @@ def dry_run(req: Request, options_kind: str, body_options: dict[str, Any] | None
                        {"group": "meta.k8s.io", "kind": options_kind,
                         "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}]})
     return True
+
+
+def field_validation(req: Request, options_kind: str) -> str:
+    """The request's ``fieldValidation`` directive ("" means the server's default, Warn); any other
+    value is 422 on the options (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go
+    ``ValidateFieldValidation``)."""
+    values = list(req.query.get("fieldValidation") or [])
+    value = values[-1] if values else ""
+    if value not in openapi.DIRECTIVES:
+        message = f'Unsupported value: "{value}": supported values: "", "Ignore", "Strict", "Warn"'
+        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: {message}',
+                       {"group": "meta.k8s.io", "kind": options_kind,
+                        "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": "fieldValidation"}]})
+    return value or "Warn"
+
+
+def _decoded(c: Cluster, key: str, req: Request, body: dict[str, Any], directive: str) -> dict[str, str]:
+    """Strict decoding of a create or update body: under Strict an unknown or duplicate field is 400
+    BadRequest; under Warn each becomes a ``Warning`` header (joined into one, as RFC 9110 allows)."""
+    group, version, kind, _ = c.resources()[key]
+    errors = openapi.check(directive, group, version, kind, body, req.body)
+    if directive == "Strict" and errors:
+        raise ApiError(400, "BadRequest", openapi.decoding_message(group, version, kind, errors))
+    openapi.prune_unknown(group, version, kind, body)  # the decoder drops what the kind does not have
+    return {"Warning": ", ".join(openapi.warning_headers(errors))} if errors else {}
 
 
 def _status_success(name: str, group: str, kind: str, uid: str) -> Response:
@@ -72,8 +97,10 @@ class Writes:
 
     def _create(self, c: Cluster, req: Request, key: str, ns: str | None) -> Response:
         dry = dry_run(req, "CreateOptions")
+        directive = field_validation(req, "CreateOptions")
         body = self._body(req)
         self._check_kind(c, key, body)
+        warnings = _decoded(c, key, req, body, directive)
         group, _v, kind, namespaced = c.resources()[key]
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -110,7 +137,7 @@ class Writes:
                 # (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go runs the admission chain whatever
                 # dryRun says; staging/src/k8s.io/pod-security-admission/admission/admission.go has no dry-run case)
                 psa.admit_pod(c, body, ns or "default")
-            return Response.json(201, self._preview_create(c, key, body))
+            return Response.json(201, self._preview_create(c, key, body), headers=warnings)
         if key == "pods":
             kobj: KObj = c.create_pod(body)
         elif key == "nodes":
@@ -119,12 +146,14 @@ class Writes:
             kobj = c.register_node(body)
         else:
             kobj = c.put(key, body)
-        return Response(status=201, body=kobj.raw(), headers={"Content-Type": "application/json"})
+        return Response(status=201, body=kobj.raw(), headers={"Content-Type": "application/json", **warnings})
 
     def _update(self, c: Cluster, req: Request, key: str, ns: str, name: str, *, status: bool) -> Response:
         dry = dry_run(req, "UpdateOptions")
+        directive = field_validation(req, "UpdateOptions")
         body = self._body(req)
         self._check_kind(c, key, body)
+        warnings = _decoded(c, key, req, body, directive)
         obj = c.get(key, ns, name)
         group, _v, kind, _ = c.resources()[key]
         if obj is None:
@@ -144,12 +173,13 @@ class Writes:
             raise invalid(kind, name, causes, group)
         new = copy.deepcopy(body)
         if dry:
-            return Response.json(200, self._preview_update(key, obj, new, status=status))
+            return Response.json(200, self._preview_update(key, obj, new, status=status), headers=warnings)
         self._commit(c, key, obj, new, status=status)
-        return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
+        return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json", **warnings})
 
     def _patch(self, c: Cluster, req: Request, key: str, ns: str, name: str, *, status: bool) -> Response:
         dry = dry_run(req, "PatchOptions")
+        directive = field_validation(req, "PatchOptions")
         obj = c.get(key, ns, name)
         group, _v, kind, _ = c.resources()[key]
         if obj is None:
@@ -187,13 +217,32 @@ class Writes:
         rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
         if rv not in (None, "") and str(rv) != obj.meta.get("resourceVersion"):
             raise conflict(key, name, group)
+        warnings = self._patched_fields(c, key, new, directive)
         causes = validate(key, new)
         if causes:
             raise invalid(kind, name, causes, group)
         if dry:
-            return Response.json(200, self._preview_update(key, obj, new, status=status))
+            return Response.json(200, self._preview_update(key, obj, new, status=status), headers=warnings)
         self._commit(c, key, obj, new, status=status)
-        return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json"})
+        return Response(status=200, body=obj.raw(), headers={"Content-Type": "application/json", **warnings})
+
+    @staticmethod
+    def _patched_fields(c: Cluster, key: str, new: dict[str, Any], directive: str) -> dict[str, str]:
+        """A patch whose result has a field the kind does not have: under Strict 422 Invalid with the
+        cause ``patch`` (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go wraps the strict
+        decoding error as ``field.Invalid(field.NewPath("patch"), ...)``); under Warn a Warning header."""
+        group, version, kind, _ = c.resources()[key]
+        errors = openapi.check(directive, group, version, kind, new)
+        if not errors:
+            return {}
+        if directive != "Strict":
+            openapi.prune_unknown(group, version, kind, new)
+        if directive == "Strict":
+            message = f"Invalid value: {json.dumps(json.dumps(new, separators=(',', ':')))}: strict decoding error: " \
+                      + ", ".join(errors)
+            raise ApiError(422, "Invalid", f' "" is invalid: patch: {message}',
+                           {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": "patch"}]})
+        return {"Warning": ", ".join(openapi.warning_headers(errors))}
 
     def _commit(self, c: Cluster, key: str, obj: KObj, new: dict[str, Any], *, status: bool) -> None:
         """Apply an updated object: which parts may change depends on the endpoint (main or status)."""

@@ -103,6 +103,8 @@ DEFAULT_TIMINGS: dict[str, float] = {
     # the disruption controller's lag: a PDB created or changed (spec, or status written by a client)
     # is observed this long after (status.observedGeneration < metadata.generation until then)
     "pdb_observe_s": 1.0,
+    # the node lifecycle controller's lag: its NoSchedule taint pass (cordon, conditions) after a Node write
+    "node_taint_s": 0.5,
 }
 
 LOW_PRIORITY_QUOTA = "lowPriorityCores"  # the regional Spot vCPU quota (Microsoft.Compute usages name)

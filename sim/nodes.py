@@ -22,6 +22,19 @@ NPD_BASE_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "FrequentKubeletR
 
 REPAIR_RUNGS = ("restart", "reimage", "replace", "never")
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+# pkg/controller/nodelifecycle/node_lifecycle_controller.go nodeConditionToTaintKeyStatusMap
+CONDITION_TAINTS: dict[tuple[str, str], str] = {
+    ("Ready", "False"): NOT_READY_TAINT,
+    ("Ready", "Unknown"): "node.kubernetes.io/unreachable",
+    ("MemoryPressure", "True"): "node.kubernetes.io/memory-pressure",
+    ("DiskPressure", "True"): "node.kubernetes.io/disk-pressure",
+    ("NetworkUnavailable", "True"): "node.kubernetes.io/network-unavailable",
+    ("PIDPressure", "True"): "node.kubernetes.io/pid-pressure",
+}
+
 
 def node_condition(type_: str, status: str, now: float, reason: str, message: str) -> dict[str, Any]:
     """A node condition as the kubelet and NPD post it, heartbeat and transition both ``now``."""
@@ -87,13 +100,48 @@ class Nodes:
                 self.touch(pod)
 
     def sync_node(self, node: Node) -> None:
-        """After a write through the API: keep the unschedulable taint in step with spec.unschedulable."""
-        taints = [t for t in node.obj["spec"].get("taints") or [] if t.get("key") != "node.kubernetes.io/unschedulable"]
+        """After a write through the API: the node lifecycle controller's NoSchedule taint pass comes
+        ``node_taint_s`` later (its informer sees the write after it is answered), so the answer to a
+        cordon carries no ``node.kubernetes.io/unschedulable`` taint yet, as kube-apiserver's does not
+        (checked against v1.37.2 in tests/realkube, story node_patches)."""
+        self.touch(node)
+        name, uid = node.name, node.meta.get("uid")
+
+        def taint_pass() -> None:
+            current = self.nodes.get(name)
+            if current is not None and current.meta.get("uid") == uid:
+                self.no_schedule_taint_pass(current)
+
+        self.fleet.after(float(self.fleet.timings.get("node_taint_s", 0.5)), taint_pass)
+
+    def no_schedule_taint_pass(self, node: Node) -> None:
+        """The node lifecycle controller's ``doNoScheduleTaintingPass``: the NoSchedule taints that
+        mirror the node's conditions (Ready False: not-ready, Unknown: unreachable; memory, disk, PID
+        pressure and network unavailable when True) and ``spec.unschedulable``; taints of those keys
+        that no longer apply are removed, new ones get ``timeAdded`` (controller_utils.go
+        ``SwapNodeControllerTaint``), every other taint is kept as it is.
+
+        kubernetes/kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go
+        (``nodeConditionToTaintKeyStatusMap``, ``doNoScheduleTaintingPass``).
+        """
+        wanted: list[str] = []
+        for cond in node.obj.get("status", {}).get("conditions") or []:
+            key = CONDITION_TAINTS.get((cond.get("type"), cond.get("status")))
+            if key:
+                wanted.append(key)
         if node.unschedulable:
-            taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
-                           "timeAdded": iso(self.fleet.now())})
-        if taints:
-            node.obj["spec"]["taints"] = taints
+            wanted.append(UNSCHEDULABLE_TAINT)
+        managed = {*(CONDITION_TAINTS.values()), UNSCHEDULABLE_TAINT}
+        taints = list(node.obj["spec"].get("taints") or [])
+        have = {t.get("key") for t in taints if t.get("effect") == "NoSchedule" and t.get("key") in managed}
+        keep = [t for t in taints if not (t.get("effect") == "NoSchedule" and t.get("key") in managed
+                                          and t.get("key") not in wanted)]
+        added = [{"key": k, "effect": "NoSchedule", "timeAdded": iso(self.fleet.now())}
+                 for k in dict.fromkeys(wanted) if k not in have]
+        if not added and len(keep) == len(taints):
+            return
+        if keep or added:
+            node.obj["spec"]["taints"] = keep + added
         else:
             node.obj["spec"].pop("taints", None)
         self.touch(node)
@@ -223,7 +271,13 @@ class Nodes:
             meta.setdefault("labels", {})
             meta.setdefault("annotations", {})
             obj.update(kind="Node", apiVersion="v1")
-            obj.setdefault("spec", {})
+            spec = obj.setdefault("spec", {})
+            # The NodeTaint admission plugin: every new Node starts with the not-ready NoSchedule taint,
+            # which the node lifecycle controller removes once the node is Ready
+            # (plugin/pkg/admission/nodetaint/admission.go ``addNotReadyTaint``).
+            if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule"
+                       for t in spec.get("taints") or []):
+                spec["taints"] = [*(spec.get("taints") or []), {"key": NOT_READY_TAINT, "effect": "NoSchedule"}]
             status = obj.setdefault("status", {})
             status.setdefault("conditions", [])
             status.setdefault("allocatable", {})
@@ -240,4 +294,19 @@ class Nodes:
             self.log_change(node, "ADDED")
             self.dirty = True
             self.fleet.oracles.node_changed(self, node)
+            self.sync_node(node)  # the node lifecycle controller sees the new Node: its taint pass follows
+            self.fleet.after(0.0, lambda: self._ttl_annotation(node.name, node.meta["uid"]))
             return node
+
+    def _ttl_annotation(self, name: str, uid: str) -> None:
+        """The TTL controller annotates every Node with how long kubelets may cache objects:
+        ``node.alpha.kubernetes.io/ttl``, "0" below 100 nodes (pkg/controller/ttl/ttl_controller.go
+        ``ttlBoundaries``; AKS nodes carry "0"). It acts as soon as its informer sees the Node, so the
+        simulator sets it on the next request after the create."""
+        node = self.nodes.get(name)
+        if node is None or node.meta.get("uid") != uid:
+            return
+        annotations = node.meta.setdefault("annotations", {})
+        if annotations.get(TTL_ANNOTATION) is None:
+            annotations[TTL_ANNOTATION] = "0" if len(self.nodes) <= 100 else "15"
+            self.touch(node)

@@ -103,6 +103,9 @@ def never_ready(obj: dict[str, Any]) -> bool:
     return False
 
 
+_OMITEMPTY_META = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
 class KObj:
     """One stored Kubernetes object: the JSON dict plus its cached serialisation."""
 
@@ -126,8 +129,18 @@ class KObj:
         return self.obj["metadata"]
 
     def raw(self) -> bytes:
+        """The object as the API server serialises it: ObjectMeta's maps and lists are ``omitempty``, so
+        an empty ``labels``, ``annotations``, ``finalizers`` or ``ownerReferences`` is not written
+        (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go; checked against kube-apiserver
+        v1.37.2 in tests/realkube, story bare_node_create)."""
         if self._raw is None:
-            self._raw = ENCODER.encode(self.obj)
+            meta = self.obj.get("metadata")
+            if isinstance(meta, dict) and any(k in meta and not meta[k] for k in _OMITEMPTY_META):
+                shown = {**self.obj, "metadata": {k: v for k, v in meta.items()
+                                                  if not (k in _OMITEMPTY_META and not v)}}
+                self._raw = ENCODER.encode(shown)
+            else:
+                self._raw = ENCODER.encode(self.obj)
         return self._raw
 
     def invalidate(self) -> None:

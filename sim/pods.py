@@ -113,10 +113,12 @@ class Pods:
         self.fleet.after(self.fleet.timings["pod_start_s"], running)
 
     def _node_ip(self, name: str) -> str:
+        """The node's InternalIP (the kubelet's hostIP); "" for a Node posted without addresses, which a
+        real API server accepts (a bare ``kubectl create`` of a Node with only a name: issue 20)."""
         node = self.nodes.get(name)
-        if node is None:
-            return ""
-        return node.obj["status"]["addresses"][0]["address"]
+        addresses = ((node.obj.get("status") or {}).get("addresses") or []) if node is not None else []
+        internal = [a for a in addresses if isinstance(a, dict) and a.get("type") == "InternalIP"]
+        return str((internal or addresses or [{}])[0].get("address") or "")
 
     def delete_pod(self, pod: Pod, *, grace: int | None = None, cause: str = "delete") -> None:
         """Begin graceful termination: deletionTimestamp = now + grace; the kubelet confirms at the end of

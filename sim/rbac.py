@@ -22,8 +22,9 @@ identity, so the simulated ones do the same, with kube-apiserver's own pieces:
   ``kubectl auth can-i --as <principal>`` answers what the app may do.
 
 A simulated cluster is created *deployed*: :func:`deploy_app_manifests` applies the same files
-``scripts/apply-kube-rbac.sh`` applies (namespace, ClusterRole, Role and their bindings to the app's
-object id), so the app runs with exactly the grants a real deployment gives it. Harness tokens carry
+``scripts/apply-kube-rbac.sh`` applies, every document of each (namespace, ClusterRole, the Roles in the
+app's namespace and in ``default``, and their bindings to the app's object id), so the app runs with
+exactly the grants a real deployment gives it. Harness tokens carry
 ``system:masters`` (sim/tokens.py); the app's tokens carry its object id and no group.
 """
 
@@ -46,7 +47,6 @@ MANIFESTS = Path(__file__).resolve().parent.parent / "infra" / "kubernetes"
 # apply order: the namespace before what lives in it (scripts/apply-kube-rbac.sh applies them so too)
 MANIFEST_ORDER = ("namespace.yaml", "clusterrole.yaml", "role.yaml", "clusterrolebinding.yaml", "rolebinding.yaml")
 PRINCIPAL_PLACEHOLDER = "${STEWARD_PRINCIPAL_ID}"
-NAMESPACE_OF_ROLE = "gpu-fleet-steward"  # infra/kubernetes/role.yaml metadata.namespace
 RBAC_KEYS = {"ClusterRole": "clusterroles." + RBAC_GROUP, "ClusterRoleBinding": "clusterrolebindings." + RBAC_GROUP,
              "Role": "roles." + RBAC_GROUP, "RoleBinding": "rolebindings." + RBAC_GROUP}
 KIND_KEYS = {"Namespace": "namespaces", **RBAC_KEYS}
@@ -474,6 +474,13 @@ def app_manifests(principal_id: str) -> list[dict[str, Any]]:
     return list(json.loads(raw))
 
 
+def namespaced_grants() -> list[tuple[str, str, str]]:
+    """(kind, namespace, name) of every Role and RoleBinding the manifests deploy (infra/kubernetes/role.yaml
+    and rolebinding.yaml: the app's namespace and ``default``)."""
+    return [(str(d["kind"]), str(d["metadata"].get("namespace") or ""), str(d["metadata"]["name"]))
+            for d in app_manifests("") if d.get("kind") in ("Role", "RoleBinding")]
+
+
 def deploy_app_manifests(cluster: Any, principal_id: str, *, rbac: bool = True) -> None:
     """Apply the project's manifests to ``cluster`` as scripts/apply-kube-rbac.sh does (``rbac=False``:
     the namespace only, as on a cluster that relies on Azure RBAC for Kubernetes). uids are derived
@@ -524,14 +531,14 @@ def use_azure_rbac(cluster: Any, *, with_cluster_role: bool = False, as_deployed
     to be needed; that cluster refuses the app's evictions, which the Azure role does not grant
     (infra/app/kubernetes-role.bicep: their data action, pods/write, would also cover pod creates).
     ``with_cluster_role``: the ClusterRole and its binding kept as well (the evictions, and the Karpenter
-    kinds of node auto-provisioning clusters), the namespaced Role still removed. ``as_deployed``: every
+    kinds of node auto-provisioning clusters), the namespaced Roles still removed. ``as_deployed``: every
     manifest kept, as docs/deploy.md step 3 deploys every cluster, Azure RBAC ones included
     (scripts/apply-kube-rbac.sh applies them all)."""
     cluster.azure_rbac = True
     if as_deployed:
         return
-    for kind, ns in (("RoleBinding", NAMESPACE_OF_ROLE), ("Role", NAMESPACE_OF_ROLE)):
-        cluster.remove(RBAC_KEYS[kind], ns, "gpu-fleet-steward")
+    for kind, ns, name in namespaced_grants():
+        cluster.remove(RBAC_KEYS[kind], ns, name)
     if not with_cluster_role:
         for kind in ("ClusterRoleBinding", "ClusterRole"):
             cluster.remove(RBAC_KEYS[kind], "", "gpu-fleet-steward")

@@ -21,6 +21,30 @@ _DS_TOLERATIONS = [
         ("node.kubernetes.io/not-ready", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoSchedule"))]
 
 
+def _add_daemon_pod_tolerations(spec: dict[str, Any]) -> None:
+    """The DaemonSet controller writes these tolerations into every pod it makes (not-ready and
+    unreachable NoExecute, the pressure and unschedulable NoSchedule ones, network-unavailable for
+    host-network pods), updating a toleration that matches one, else appending
+    (pkg/controller/daemon/util/daemonset_util.go ``AddOrUpdateDaemonPodTolerations``;
+    pkg/apis/core/v1/helper ``AddOrUpdateTolerationInPodSpec``). Checked against kube-apiserver
+    v1.37.2 in tests/realkube, story daemonset_pods."""
+    wanted = [("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute"),
+              ("node.kubernetes.io/disk-pressure", "NoSchedule"), ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+              ("node.kubernetes.io/pid-pressure", "NoSchedule"), ("node.kubernetes.io/unschedulable", "NoSchedule")]
+    if spec.get("hostNetwork"):
+        wanted.append(("node.kubernetes.io/network-unavailable", "NoSchedule"))
+    tolerations = list(spec.get("tolerations") or [])
+    for key, effect in wanted:
+        toleration = {"key": key, "operator": "Exists", "effect": effect}
+        same = next((i for i, t in enumerate(tolerations) if t.get("key") == key and t.get("effect") == effect
+                     and (t.get("operator") or "Equal") == "Exists" and not t.get("value")), None)
+        if same is None:
+            tolerations.append(toleration)
+        else:
+            tolerations[same] = toleration
+    spec["tolerations"] = tolerations
+
+
 def _rs_hash(h: str) -> str:
     alphabet = "bcdfghjklmnpqrstvwxz2456789"
     n = int(h[:16], 16)
@@ -50,6 +74,8 @@ class Controllers:
         spec = tmpl.get("spec") or {}
         if node:
             spec["nodeName"] = node
+        if kind == "DaemonSet":
+            _add_daemon_pod_tolerations(spec)
         return {"metadata": meta, "spec": spec}
 
     def _owned_active(self, owner: KObj) -> list[Pod]:

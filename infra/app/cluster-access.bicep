@@ -1,8 +1,9 @@
 // Grants the app's identity the steward role on one cluster (ARM: agent pools, machines,
 // maintenance configurations, user credentials) and, when the cluster uses Azure RBAC for
 // Kubernetes, the Kubernetes data roles: the cluster-wide one on the cluster, the namespaced one
-// (leases, events, sample Jobs) on the app's own namespace only. They hold no pod write, so the
-// evictions come from the ClusterRole (infra/kubernetes), applied on Azure RBAC clusters too. Deployed into the cluster's
+// (leases, sample Jobs) on the app's own namespace only. They hold no pod write and no event write, so the
+// evictions come from the ClusterRole and the node Events (namespace `default`) from the node-events Role
+// (infra/kubernetes), applied on Azure RBAC clusters too. Deployed into the cluster's
 // resource group. The compute actions (VMSS VM restart / reimage) live in the node resource group:
 // main.bicep grants the same role there with app/resource-group-access.bicep.
 param clusterName string

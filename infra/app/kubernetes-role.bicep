@@ -6,9 +6,14 @@
 // Two roles, as the Kubernetes side has a ClusterRole and a namespaced Role:
 // - `role` holds what the app does cluster-wide (read and cordon nodes, list pods, read
 //   PodDisruptionBudgets) and is assigned on the cluster (app/cluster-access.bicep kubernetesOnCluster);
-// - `namespaceRole` holds what it does only in its own namespace (its leases, events and sample
-//   Jobs) and is assigned on `<cluster id>/namespaces/<STEWARD_NAMESPACE>` only
+// - `namespaceRole` holds what it does only in its own namespace (its leases and sample Jobs) and is
+//   assigned on `<cluster id>/namespaces/<STEWARD_NAMESPACE>` only
 //   (kubernetesOnNamespace; https://learn.microsoft.com/azure/aks/manage-azure-rbac, "namespace scope").
+// The app's Events about Nodes live in namespace `default` (an Event about a cluster-scoped object may
+// live nowhere else: kubernetes/kubernetes pkg/apis/core/validation/events.go legacyValidateEvent), and
+// neither role holds events/write: a data action is not namespaced in a role definition, and the app needs
+// no other grant in `default`, so that one create is left to the Kubernetes Role
+// `gpu-fleet-steward-node-events` (infra/kubernetes/role.yaml), applied on every cluster like the ClusterRole.
 //
 // The AKS authorization webhook (kubeguard/guard, authz/providers/azure/rbac/checkaccessreqhelper.go
 // getActionName, getResourceAndAction) checks Microsoft.ContainerService/managedClusters/<group>/<resource>/<verb>
@@ -51,7 +56,6 @@ var namespaceDataActions = [
   'Microsoft.ContainerService/managedClusters/batch/jobs/write'
   'Microsoft.ContainerService/managedClusters/coordination.k8s.io/leases/read'
   'Microsoft.ContainerService/managedClusters/coordination.k8s.io/leases/write'
-  'Microsoft.ContainerService/managedClusters/events/write'
 ]
 
 resource role 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
@@ -76,7 +80,7 @@ resource namespaceRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
   name: guid(subscription().id, roleName, 'namespace')
   properties: {
     roleName: '${roleName} (own namespace)'
-    description: 'GPU fleet steward inside its own namespace of AKS clusters (Azure RBAC for Kubernetes): node leases, events, sample GPU Jobs.'
+    description: 'GPU fleet steward inside its own namespace of AKS clusters (Azure RBAC for Kubernetes): node leases, sample GPU Jobs. Node events are granted by a Kubernetes Role in namespace default.'
     type: 'CustomRole'
     permissions: [
       {

@@ -2,7 +2,7 @@
 
 Each adapter method that calls ARM or the Kubernetes API says which Azure action or Kubernetes verb
 it needs, right on the method. The infrastructure tests collect these declarations to check that
-the custom Azure role and the Kubernetes ClusterRole grant exactly what the code calls: the list is
+the custom Azure role and the Kubernetes ClusterRole and Roles grant exactly what the code calls: the list is
 derived from the code, never typed twice.
 """
 
@@ -26,23 +26,43 @@ def requires_arm(*actions: str) -> Callable[[F], F]:
     return mark
 
 
-#: Where a Kubernetes rule is granted: cluster-wide (the ClusterRole) or only in the app's own namespace
-#: (the Role in STEWARD_NAMESPACE, infra/kubernetes/role.yaml).
+#: Where a Kubernetes rule is granted: cluster-wide (the ClusterRole), only in the app's own namespace
+#: (the Role in STEWARD_NAMESPACE, infra/kubernetes/role.yaml), or only in one fixed namespace named by
+#: the code (:func:`in_namespace`: a Role of its own there, also in role.yaml).
 CLUSTER = "cluster"
 APP_NAMESPACE = "namespace"
+_FIXED_NAMESPACE = "namespace:"
 
 
-def requires_kube(group: str, resource: str, *verbs: str, namespaced: bool = False) -> Callable[[F], F]:
+def in_namespace(namespace: str) -> str:
+    """The scope of a rule granted only in ``namespace``, a fixed namespace that is not the app's own
+    (for instance ``default``, where Events about Nodes must live: shared.adapters.kube.client)."""
+    if not namespace:
+        raise ValueError("a fixed namespace scope needs a namespace")
+    return _FIXED_NAMESPACE + namespace
+
+
+def namespace_of(scope: str) -> str | None:
+    """The fixed namespace of an :func:`in_namespace` scope; None for :data:`CLUSTER` and :data:`APP_NAMESPACE`."""
+    return scope.removeprefix(_FIXED_NAMESPACE) if scope.startswith(_FIXED_NAMESPACE) else None
+
+
+def requires_kube(group: str, resource: str, *verbs: str, namespaced: bool = False,
+                  namespace: str = "") -> Callable[[F], F]:
     """Mark a method as calling the Kubernetes API: ``group`` ("" for core), ``resource``, verbs.
 
     ``namespaced=True``: the method calls it only in the app's own namespace, so the grant is the
-    namespace's Role, not the ClusterRole. Stack several decorators when a method makes several kinds
-    of calls.
+    namespace's Role, not the ClusterRole. ``namespace="x"``: only in the fixed namespace ``x``
+    (scope :func:`in_namespace`), granted by a Role there. Stack several decorators when a method
+    makes several kinds of calls.
     """
+    if namespaced and namespace:
+        raise ValueError("requires_kube: namespaced=True (the app's namespace) or namespace=..., not both")
+    where = in_namespace(namespace) if namespace else APP_NAMESPACE if namespaced else CLUSTER
 
     def mark(fn: F) -> F:
         rules = list(getattr(fn, "__kube_rules__", ()))
-        rules.append((group, resource, tuple(verbs), APP_NAMESPACE if namespaced else CLUSTER))
+        rules.append((group, resource, tuple(verbs), where))
         fn.__kube_rules__ = tuple(rules)  # type: ignore[attr-defined]
         return fn
 
@@ -90,15 +110,25 @@ def collect_arm_actions(*modules: ModuleType) -> set[str]:
 
 
 def collect_kube_rules(*modules: ModuleType, scope: str | None = None) -> set[tuple[str, str, str]]:
-    """Every (group, resource, verb) declared in ``modules``; with ``scope`` (:data:`CLUSTER` or
-    :data:`APP_NAMESPACE`) only those granted there."""
+    """Every (group, resource, verb) declared in ``modules``; with ``scope`` (:data:`CLUSTER`,
+    :data:`APP_NAMESPACE` or an :func:`in_namespace` scope) only those granted there."""
+    return {(group, resource, verb) for where, group, resource, verb in collect_scoped_kube_rules(*modules)
+            if scope is None or where == scope}
+
+
+def collect_scoped_kube_rules(*modules: ModuleType) -> set[tuple[str, str, str, str]]:
+    """Every (scope, group, resource, verb) declared in ``modules``: each rule with where it is granted."""
     return {
-        (group, resource, verb)
+        (where, group, resource, verb)
         for fn in _functions(modules)
         for group, resource, verbs, where in getattr(fn, "__kube_rules__", ())
-        if scope is None or where == scope
         for verb in verbs
     }
+
+
+def kube_scopes(*modules: ModuleType) -> set[str]:
+    """Every scope some rule of ``modules`` is granted in."""
+    return {where for where, *_ in collect_scoped_kube_rules(*modules)}
 
 
 # --------------------------------------------------------------------------- linked resources

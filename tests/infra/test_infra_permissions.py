@@ -1,9 +1,10 @@
 """The deployment grants exactly the permissions the code declares, on the scopes where it uses them.
 
 The code declares each ARM action and Kubernetes verb on the adapter method that needs it
-(shared.adapters.permissions.requires_arm / requires_kube / requires_kube_kinds), cluster-wide or in the app's
-own namespace; the custom Azure role, the ClusterRole, the namespaced Role and the two Azure RBAC for
-Kubernetes roles are compared with those declarations, collected at test time.
+(shared.adapters.permissions.requires_arm / requires_kube / requires_kube_kinds), cluster-wide, in the app's
+own namespace or in a fixed namespace (the node Events in ``default``); the custom Azure role, the ClusterRole,
+the namespaced Roles and the two Azure RBAC for Kubernetes roles are compared with those declarations,
+collected at test time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from typing import Any
 import pytest
 from infra_facts import INFRA, FactError, bicep, load_yaml_documents, resource, resource_body, variable
 
-from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_arm_actions, collect_kube_rules
+from shared.adapters.permissions import (
+    APP_NAMESPACE,
+    CLUSTER,
+    collect_arm_actions,
+    collect_kube_rules,
+    in_namespace,
+    kube_scopes,
+    namespace_of,
+)
 
 CLUSTER_ROLE = INFRA / "kubernetes" / "clusterrole.yaml"
 CLUSTER_ROLE_BINDING = INFRA / "kubernetes" / "clusterrolebinding.yaml"
@@ -43,6 +52,11 @@ def code_arm_actions() -> set[str]:
 
 def code_kube_rules(scope: str | None = None) -> set[tuple[str, str, str]]:
     return collect_kube_rules(_import("shared.adapters.kube.client"), scope=scope)
+
+
+def code_fixed_namespaces() -> set[str]:
+    """The fixed namespaces (not the app's own) some Kubernetes call of the code is granted in."""
+    return {ns for scope in kube_scopes(_import("shared.adapters.kube.client")) if (ns := namespace_of(scope))}
 
 
 # Built-in requests that Azure RBAC for Kubernetes could grant only with a data action wider than the
@@ -106,8 +120,27 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     return out
 
 
+def in_namespace_docs(path: Any, kind: str, namespace: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise FactError(f"infra/kubernetes/{path.name} does not exist")
+    return [d for d in load_yaml_documents(path)
+            if d.get("kind") == kind and (d.get("metadata") or {}).get("namespace") == namespace]
+
+
+def the_one_in(path: Any, kind: str, namespace: str) -> dict[str, Any]:
+    docs = in_namespace_docs(path, kind, namespace)
+    assert len(docs) == 1, f"{path.name} must hold exactly one {kind} in namespace {namespace!r}"
+    return docs[0]
+
+
+def app_role() -> dict[str, Any]:
+    from shared.settings import DEFAULT_STEWARD_NAMESPACE
+
+    return the_one_in(ROLE, "Role", DEFAULT_STEWARD_NAMESPACE)
+
+
 def namespaced_role_rules() -> set[tuple[str, str, str]]:
-    return rules_of(the_one(ROLE, "Role"))
+    return rules_of(app_role())
 
 
 def cluster_role_rules() -> set[tuple[str, str, str]]:
@@ -314,9 +347,10 @@ def test_leases_events_and_jobs_are_granted_only_in_the_apps_namespace() -> None
 
     namespace = the_one(NAMESPACE, "Namespace")
     assert namespace["metadata"]["name"] == DEFAULT_STEWARD_NAMESPACE
-    assert the_one(ROLE, "Role")["metadata"]["namespace"] == DEFAULT_STEWARD_NAMESPACE
+    assert app_role()["metadata"]["name"] == DEFAULT_STEWARD_NAMESPACE
     cluster_wide = {(g, r) for g, r, _ in cluster_role_rules()}
     assert not cluster_wide & {("batch", "jobs"), ("coordination.k8s.io", "leases"), ("", "events")}
+    assert not {(g, r) for g, r, _ in namespaced_role_rules()} & {("", "events")}, "node Events live in `default`"
     assert variable(bicep("main.bicep"), "stewardSettings")["STEWARD_NAMESPACE"] == DEFAULT_STEWARD_NAMESPACE
     assert bicep("app/cluster-access.bicep")["parameters"]["stewardNamespace"]["default"] == DEFAULT_STEWARD_NAMESPACE
 
@@ -333,13 +367,61 @@ def test_cluster_wide_the_app_may_touch_pods_only_to_list_and_evict_them() -> No
     assert nodes == {"get", "list", "patch"}
 
 
-def test_the_role_binding_gives_the_role_to_the_apps_identity() -> None:
-    binding = the_one(ROLE_BINDING, "RoleBinding")
-    role = the_one(ROLE, "Role")
-    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+def _assert_bound_to_the_apps_identity(role: dict[str, Any]) -> None:
+    namespace = role["metadata"]["namespace"]
+    binding = the_one_in(ROLE_BINDING, "RoleBinding", namespace)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
     [subject] = binding["subjects"]
     assert (subject["kind"], subject["name"]) == ("User", "${STEWARD_PRINCIPAL_ID}")
+
+
+def test_the_role_binding_gives_the_role_to_the_apps_identity() -> None:
+    _assert_bound_to_the_apps_identity(app_role())
+
+
+# --- Kubernetes: Roles in fixed namespaces (the node Events in `default`) ----------------------------
+
+
+def test_each_fixed_namespace_role_grants_exactly_the_calls_the_code_makes_there_to_the_apps_identity() -> None:
+    namespaces = code_fixed_namespaces()
+    assert namespaces, "the code declares no call in a fixed namespace (expected the node Events in `default`)"
+    for namespace in namespaces:
+        role = the_one_in(ROLE, "Role", namespace)
+        declared, granted = code_kube_rules(in_namespace(namespace)), rules_of(role)
+        assert granted == declared, (f"{namespace}: granted but never called: {sorted(granted - declared)}; "
+                                     f"called but not granted: {sorted(declared - granted)}")
+        _assert_bound_to_the_apps_identity(role)
+
+
+def test_the_manifests_hold_roles_only_where_the_code_calls() -> None:
+    from shared.settings import DEFAULT_STEWARD_NAMESPACE
+
+    wanted = {DEFAULT_STEWARD_NAMESPACE} | code_fixed_namespaces()
+    for path, kind in ((ROLE, "Role"), (ROLE_BINDING, "RoleBinding")):
+        docs = [d for d in load_yaml_documents(path) if d.get("kind") == kind]
+        where = sorted(str(d["metadata"].get("namespace")) for d in docs)
+        assert where == sorted(wanted), f"{path.name}: {kind}s in {where}, the code calls in {sorted(wanted)}"
+
+
+def test_node_events_are_created_in_default_only_and_nothing_else_is_granted_there() -> None:
+    """An Event without eventTime about a Node must live in "" or `default` (kubernetes/kubernetes
+    pkg/apis/core/validation/events.go legacyValidateEvent): the app creates them there, and may do nothing
+    else there."""
+    from shared.adapters.kube.client import NODE_EVENTS_NAMESPACE
+
+    assert NODE_EVENTS_NAMESPACE == "default"
+    scope = in_namespace(NODE_EVENTS_NAMESPACE)
+    assert code_kube_rules(scope) == {("", "events", "create")}
+    assert ("", "events", "create") not in code_kube_rules(CLUSTER) | code_kube_rules(APP_NAMESPACE)
+    assert rules_of(the_one_in(ROLE, "Role", NODE_EVENTS_NAMESPACE)) == {("", "events", "create")}
+    # Azure RBAC data actions are not namespaced in a role definition: neither Azure role holds events/write
+    # (it would grant events in every namespace, or in the app's where none is made); the Kubernetes Role,
+    # applied on every cluster (scripts/apply-kube-rbac.sh), grants it
+    doc = bicep("app/kubernetes-role.bicep")
+    held = set(variable(doc, "dataActions")) | set(variable(doc, "namespaceDataActions"))
+    assert azure_data_action("", "events", "create") not in held
+    script = (INFRA.parent / "scripts" / "apply-kube-rbac.sh").read_text(encoding="utf-8")
+    assert "role.yaml" in script and "rolebinding.yaml" in script
 
 
 def test_generic_object_methods_declare_per_kind_from_the_table_they_consult() -> None:

@@ -161,10 +161,12 @@ def test_apply_kube_rbac_binds_the_identity_by_object_id(tmp_path: Path) -> None
     assert sum(" apply -f" in c for c in calls) == 2
     import yaml
 
-    # the cluster-wide and the namespaced binding, both to the identity's object id (issue 11)
+    # the cluster-wide binding and the namespaced ones (the app's namespace, node Events in `default`), all
+    # to the identity's object id (issue 11)
     bindings = list(yaml.safe_load_all(Path(env["CALLS"] + ".stdin").read_text(encoding="utf-8")))
-    assert [b["kind"] for b in bindings] == ["ClusterRoleBinding", "RoleBinding"]
-    assert [b["subjects"][0]["name"] for b in bindings] == [principal, principal]
+    assert [(b["kind"], b["metadata"].get("namespace")) for b in bindings] == [
+        ("ClusterRoleBinding", None), ("RoleBinding", "gpu-fleet-steward"), ("RoleBinding", "default")]
+    assert [b["subjects"][0]["name"] for b in bindings] == [principal, principal, principal]
 
 
 def test_apply_kube_rbac_refuses_a_principal_that_is_not_an_object_id(tmp_path: Path) -> None:

@@ -25,9 +25,11 @@ from test_infra_permissions import (
     code_kube_rules,
     granted_by_azure_rbac,
     namespaced_role_rules,
+    rules_of,
+    the_one_in,
 )
 
-from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, LINKED_POOL_ACTIONS, linked_actions
+from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, LINKED_POOL_ACTIONS, in_namespace, linked_actions
 
 DOC = REPO / "docs" / "security.md"
 _CODE = re.compile(r"`([^`]*)`")
@@ -97,10 +99,15 @@ def _same(documented: object, expected: object, what: str) -> None:
 # --- Kubernetes -----------------------------------------------------------------------------
 
 
+def node_events_role_rules() -> set[tuple[str, str, str]]:
+    return rules_of(the_one_in(INFRA / "kubernetes" / "role.yaml", "Role", "default"))
+
+
 @pytest.mark.parametrize(("name", "scope", "manifest"),
                          [("kube-cluster", CLUSTER, cluster_role_rules),
-                          ("kube-namespace", APP_NAMESPACE, namespaced_role_rules)],
-                         ids=["cluster-role", "namespaced-role"])
+                          ("kube-namespace", APP_NAMESPACE, namespaced_role_rules),
+                          ("kube-node-events", in_namespace("default"), node_events_role_rules)],
+                         ids=["cluster-role", "namespaced-role", "node-events-role"])
 def test_the_kubernetes_tables_are_the_declared_calls_and_the_manifests(
         name: str, scope: str, manifest: Callable[[], set[tuple[str, str, str]]]) -> None:
     rows = table(name)
@@ -193,7 +200,8 @@ def test_the_data_roles_table_names_every_built_in_role_the_deployment_assigns_w
 def test_every_call_named_in_the_grant_tables_exists() -> None:
     adapters = (_import("shared.adapters.aks"), _import("shared.adapters.compute"), _import("shared.adapters.kube.client"))
     names = {name for name, _ in _methods(*adapters)}
-    for name in ("kube-cluster", "kube-namespace", "aks-data-cluster", "aks-data-namespace", "arm", "arm-linked"):
+    for name in ("kube-cluster", "kube-namespace", "kube-node-events", "aks-data-cluster", "aks-data-namespace", "arm",
+                 "arm-linked"):
         for r in table(name):
             for call in code(r["call that needs it"]):
                 assert call in names, f"grants:{name} names {call}, which is not an adapter method"

@@ -2,7 +2,7 @@
 
 One in-process simulator (HTTPS, manual clock) authorizes the app's identity exactly as infra/ grants it
 (sim/rbac.py over infra/kubernetes/*.yaml, sim/armrbac.py over infra/app/steward-role.bicep). For
-every Kubernetes rule verb (ClusterRole and the namespaced Role) and every ARM action, the test drives
+every Kubernetes rule verb (ClusterRole and the namespaced Roles) and every ARM action, the test drives
 the production adapter method that needs it (shared.adapters.kube.client.KubeClient, shared.adapters.aks.AksClient,
 shared.adapters.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
 raises the project's Forbidden naming the verb and resource, or the action; with it back, the same call
@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_kube_rules
+from shared.adapters.kube.client import NODE_EVENTS_NAMESPACE
+from shared.adapters.permissions import APP_NAMESPACE, CLUSTER, collect_scoped_kube_rules, in_namespace, namespace_of
 from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Forbidden
 from shared.settings import load
@@ -220,23 +221,31 @@ KUBE_DRIVERS: dict[tuple[str, str, str, str], Callable[[World], Any]] = {
     (APP_NAMESPACE, "batch", "jobs", "get"): lambda w: w.plain.get_object("batch/v1", "Job", "grants-get", NS),
     (APP_NAMESPACE, "batch", "jobs", "delete"): lambda w: w.plain.delete_object("batch/v1", "Job", "grants-gone", NS),
 }
-EVENT_RULE = (APP_NAMESPACE, "", "events", "create")  # best effort: refused, it is logged, never raised
+# Events about Nodes live in `default` (the API server refuses them elsewhere), granted by the Role there alone.
+# Best effort: refused, it is logged, never raised.
+EVENT_RULE = (in_namespace(NODE_EVENTS_NAMESPACE), "", "events", "create")
 
 
 def test_every_kubernetes_grant_has_a_driver_here() -> None:
     import shared.adapters.kube.client
 
-    declared = {(scope, *rule) for scope in (CLUSTER, APP_NAMESPACE)
-                for rule in collect_kube_rules(shared.adapters.kube.client, scope=scope)}
-    assert set(KUBE_DRIVERS) | {EVENT_RULE} == declared
+    assert set(KUBE_DRIVERS) | {EVENT_RULE} == collect_scoped_kube_rules(shared.adapters.kube.client)
+
+
+def _role_of(scope: str) -> tuple[str, str, str]:
+    """(kind, namespace, name) of the deployed role granting ``scope``'s rules (infra/kubernetes)."""
+    if scope == CLUSTER:
+        return "ClusterRole", "", "gpu-fleet-steward"
+    ns = NS if scope == APP_NAMESPACE else namespace_of(scope)
+    [name] = [n for kind, namespace, n in rbac.namespaced_grants() if (kind, namespace) == ("Role", ns)]
+    return "Role", str(ns), name
 
 
 def _revoke_kube(w: World, scope: str, group: str, resource: str, verb: str) -> None:
+    kind, ns, role = _role_of(scope)
     for name in ("plain", "nap"):
-        kind, ns = ("ClusterRole", "") if scope == CLUSTER else ("Role", NS)
         with w.fleet.lock:
-            rbac.revoke(w.cluster(name), kind=kind, name="gpu-fleet-steward", namespace=ns, group=group,
-                        resource=resource, verb=verb)
+            rbac.revoke(w.cluster(name), kind=kind, name=role, namespace=ns, group=group, resource=resource, verb=verb)
 
 
 def _redeploy(w: World) -> None:
@@ -246,8 +255,10 @@ def _redeploy(w: World) -> None:
     with w.fleet.lock:
         for name in ("plain", "nap"):
             c = w.cluster(name)
-            for kind, ns in (("ClusterRole", ""), ("Role", NS)):
-                c.remove(rbac.RBAC_KEYS[kind], ns, "gpu-fleet-steward")
+            c.remove(rbac.RBAC_KEYS["ClusterRole"], "", "gpu-fleet-steward")
+            for kind, ns, role in rbac.namespaced_grants():
+                if kind == "Role":
+                    c.remove(rbac.RBAC_KEYS[kind], ns, role)
             rbac.deploy_app_manifests(c, app_principal_id(w.fleet))
 
 
@@ -279,11 +290,16 @@ def test_without_the_event_grant_recording_an_event_is_logged_not_raised(world: 
     finally:
         _redeploy(world)
     logged = " ".join(str(getattr(r, "error", "")) for r in caplog.records)
-    assert f'cannot create resource "events" in API group "" in the namespace "{NS}"' in logged
+    assert f'cannot create resource "events" in API group "" in the namespace "{NODE_EVENTS_NAMESPACE}"' in logged
     caplog.clear()
-    before = len(world.cluster("plain").items("events", NS))
-    world.plain.create_event(node=_gpu_node(world), reason="GrantsCheck", message="allowed")
-    assert len(world.cluster("plain").items("events", NS)) == before + 1
+    before = len(world.cluster("plain").items("events", NODE_EVENTS_NAMESPACE))
+    with caplog.at_level(logging.WARNING):
+        world.plain.create_event(node=_gpu_node(world), reason="GrantsCheck", message="allowed")
+    assert not [r for r in caplog.records if r.name == "steward.kube"], [getattr(r, "error", "") for r in caplog.records]
+    events = [o.obj for o in world.cluster("plain").items("events", NODE_EVENTS_NAMESPACE)]
+    assert len(events) == before + 1
+    assert [e["involvedObject"]["kind"] for e in events if e.get("reason") == "GrantsCheck"] == ["Node"]
+    assert not [o for o in world.cluster("plain").items("events", NS) if o.obj.get("reason") == "GrantsCheck"]
 
 
 # --------------------------------------------------------------------------- ARM
@@ -375,14 +391,34 @@ DATA_DRIVERS: dict[str, Callable[[World], Any]] = {
     f"{K8S}/coordination.k8s.io/leases/write": lambda w: w.azure.acquire_lease("grants-azure-new", holder="me",
                                                                                 duration_s=60),
 }
-EVENT_DATA_ACTION = f"{K8S}/events/write"  # best effort: logged, never raised (test above for the Role)
+# Not held by the Azure roles: the node Events in `default` are left to the Kubernetes Role there (applied on
+# every cluster), as the evictions are to the ClusterRole (infra/app/kubernetes-role.bicep).
+EVENT_DATA_ACTION = f"{K8S}/events/write"
 
 
 def test_every_kubernetes_data_action_has_a_driver_here() -> None:
     from sim.armrbac import kubernetes_roles
 
     cluster_role, namespace_role, _ = kubernetes_roles()
-    assert set(DATA_DRIVERS) | {EVENT_DATA_ACTION} == set(cluster_role.data_actions) | set(namespace_role.data_actions)
+    held = set(cluster_role.data_actions) | set(namespace_role.data_actions)
+    assert set(DATA_DRIVERS) == held
+    assert EVENT_DATA_ACTION not in held
+
+
+def test_on_an_azure_rbac_cluster_as_deployed_node_events_are_granted_by_the_kubernetes_role(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    node = next(iter(world.deployed.list_nodes(label_selector="kubernetes.azure.com/agentpool=gpu")))
+    before = len(world.cluster("azdeployed").items("events", NODE_EVENTS_NAMESPACE))
+    with caplog.at_level(logging.WARNING):
+        world.deployed.create_event(node=node, reason="GrantsCheck", message="allowed")
+    assert not [r for r in caplog.records if r.name == "steward.kube"], [getattr(r, "error", "") for r in caplog.records]
+    assert len(world.cluster("azdeployed").items("events", NODE_EVENTS_NAMESPACE)) == before + 1
+    # the Azure roles alone hold no event write: refused (logged, never raised)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        world.azure.create_event(node=_azure_node(world), reason="GrantsCheck", message="refused")
+    logged = " ".join(str(getattr(r, "error", "")) for r in caplog.records)
+    assert f'cannot create resource "events" in API group "" in the namespace "{NODE_EVENTS_NAMESPACE}"' in logged
 
 
 @pytest.mark.parametrize("action", list(DATA_DRIVERS), ids=[a.removeprefix(K8S + "/") for a in DATA_DRIVERS])

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from realkube import build
-from realkube.cluster import KWOK_NODE_ANNOTATION, RealCluster, running
+from realkube.cluster import KWOK_NODE_ANNOTATION, RealCluster, karpenter_crds, running
 from sim.identity import APP_PRINCIPAL_ID
 from sim.testing import SimHandle, start_sim
 from tests.realkube.servers import Server
@@ -39,8 +39,17 @@ SCENARIO: dict[str, Any] = {
     "timings": {"node_ready_s": 1, "pod_start_s": 1},
     "subscriptions": [{"id": "00000000-0000-0000-0000-0000000000d1", "clusters": [{
         "name": "diff", "resource_group": "rg-diff",
-        "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1}]}]}],
+        "pools": [{"name": "system", "mode": "System", "vmSize": "Standard_D4s_v5", "count": 1},
+                  {"name": "spare", "mode": "User", "vmSize": "Standard_D4s_v5", "count": 1}]}]}],
 }
+
+
+def apply_karpenter_crds(kubeconfig: Path) -> None:
+    """Karpenter's own CRDs (NodePool, NodeClaim), so its kinds exist as on a NAP cluster."""
+    args = ["kubectl", "--kubeconfig", str(kubeconfig), "create"]
+    for crd in karpenter_crds():
+        args += ["-f", str(crd)]
+    subprocess.run(args, check=True, capture_output=True)
 
 
 def apply_rbac(kubeconfig: Path, principal: str) -> None:
@@ -58,10 +67,10 @@ def apply_rbac(kubeconfig: Path, principal: str) -> None:
                    capture_output=True)
 
 
-def kwok_node(server: Server, name: str) -> str:
+def kwok_node(server: Server, name: str, kubelet: str = "fake") -> str:
     """A Node kwok acts as the kubelet of (realkube.cluster.KWOK_NODE_ANNOTATION), once it is Ready."""
     code, body = server.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"}, "labels": {"type": "kwok"}}})
+        "name": name, "annotations": {KWOK_NODE_ANNOTATION: kubelet}, "labels": {"type": "kwok"}}})
     assert code == 201, body
 
     def ready() -> bool:
@@ -96,13 +105,24 @@ def world() -> Iterator[World]:
         with running(run_dir, token_webhook=sim.endpoints["control"] + "/tokenreview",
                      webhook_ca=sim.ca_bundle) as real:
             apply_rbac(real.admin_kubeconfig, APP_PRINCIPAL_ID)
+            apply_karpenter_crds(real.admin_kubeconfig)
             sim_ctx = ssl.create_default_context(cafile=sim.ca_bundle)
             sim_server = Server("simulator", sim.cluster("diff")["kube_server"], sim_ctx, sim_ctx,
                                 {"Authorization": f"Bearer {sim.endpoints['kube_token']}"}, token)
             real_server = Server("kube-apiserver", real.server, real.ssl_context(),
                                  ssl.create_default_context(cafile=str(real.pki.ca)), {}, token)
-            sim_server.pod_node = next(n["metadata"]["name"] for n in sim_server.call("GET", "/api/v1/nodes")[1]["items"])
+            pools = {n["metadata"]["labels"].get("kubernetes.azure.com/agentpool"): n["metadata"]["name"]
+                     for n in sim_server.call("GET", "/api/v1/nodes")[1]["items"]}
+            sim_server.pod_node, sim_server.spare_node = pools["system"], pools["spare"]
+            sim_server.stop_kubelet = lambda node: sim.control("POST", "/kubelet", {"cluster": "diff", "node": node,
+                                                                                   "ready": False})
             real_server.pod_node = kwok_node(real_server, "kwok-pods")
+            # the spare node's kubelet is a kwok process of its own, so that it can stop
+            real.start_kubelet("spare")
+            real_server.spare_node = kwok_node(real_server, "kwok-spare", kubelet="spare")
+            real_server.stop_kubelet = lambda node: real.stop_kubelet("spare")
+            sim_server.kubeconfig = sim.kubeconfig("diff")
+            real_server.kubeconfig = str(real.admin_kubeconfig)
             yield World(sim, real, sim_server, real_server, token)
         if os.environ.get("REALKUBE_KEEP_LOGS") is None:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -29,7 +29,11 @@ class Server:
     admin_headers: dict[str, str]
     app_token: str
     pod_node: str = ""  # a Ready node whose kubelet runs pods: a pool's node, or a kwok-managed one
+    spare_node: str = ""  # another such node, whose kubelet a story may stop
+    stop_kubelet: Any = None  # stop_kubelet(node): the node's kubelet stops posting status
+    kubeconfig: str = ""  # an administrator's kubeconfig, for kubectl
     calls: list[tuple[str, str, int]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the Warning headers of the last answer
 
     def call(self, method: str, path: str, body: Any = None, *, as_app: bool = False,
              content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -42,6 +46,7 @@ class Server:
                      headers={"Content-Type": content_type, "Accept": "application/json", **auth, **(headers or {})})
         resp = conn.getresponse()
         raw = resp.read()
+        self.warnings = resp.headers.get_all("Warning") or []
         conn.close()
         self.calls.append((method, path, resp.status))
         try:

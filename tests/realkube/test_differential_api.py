@@ -13,12 +13,15 @@ namespaces.
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from sim.identity import APP_PRINCIPAL_ID
 from tests.realkube.conftest import World
 from tests.realkube.servers import Server, pick, status_of
 from tests.waiting import wait_until
@@ -29,6 +32,7 @@ STEWARD_NS = "gpu-fleet-steward"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 
 
 def seen(answer: tuple[int, Any], *paths: str) -> Obs:
@@ -62,8 +66,8 @@ def namespace(s: Server, name: str) -> None:
                timeout=30, what=f"{s.name}: the default service account of {name}")
 
 
-def running_pod(s: Server, ns: str, name: str, **extra: Any) -> None:
-    code, body = s.call("POST", f"/api/v1/namespaces/{ns}/pods", pod(name, s.pod_node, **extra))
+def running_pod(s: Server, ns: str, name: str, node_name: str = "", **extra: Any) -> None:
+    code, body = s.call("POST", f"/api/v1/namespaces/{ns}/pods", pod(name, node_name or s.pod_node, **extra))
     assert code == 201, (s.name, body)
 
     def ready() -> bool:
@@ -110,24 +114,40 @@ def missing_node(s: Server, n: str) -> list[Obs]:
             seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"unschedulable": True}}, content_type=MERGE))]
 
 
+def has_taint(answer: tuple[int, Any], key: str) -> bool:
+    return any(t.get("key") == key for t in ((answer[1].get("spec") or {}).get("taints") or []))
+
+
 def node_patches(s: Server, n: str) -> list[Obs]:
+    """Patches of a Node. Controllers write to it too (the TTL controller's annotation at once; the node
+    lifecycle controller's taints a moment after each write), so the story waits for the TTL annotation
+    first and compares taints only where the answer cannot race a controller: the cordon's own answer
+    (computed before any controller saw the cordon), the eventual taint, and whole-list replacements."""
     s.call("POST", "/api/v1/nodes", node(n, labels={"a": "1", "b": "2"}))
-    paths = ("metadata.labels", "metadata.annotations", "spec.unschedulable", "spec.taints")
-    return [
+    wait_until(lambda: "node.alpha.kubernetes.io/ttl" in (s.call("GET", f"/api/v1/nodes/{n}")[1]["metadata"]
+                                                           .get("annotations") or {}),
+               timeout=30, what=f"{s.name}: the TTL controller annotating node {n}")
+    paths = ("metadata.labels", "metadata.annotations", "spec.unschedulable")
+    out = [
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"metadata": {"labels": {"c": "3"}}}, content_type=STRATEGIC), *paths),
-        seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"metadata": {"labels": {"a": None}}}, content_type=MERGE), *paths),
-        seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"unschedulable": True}}, content_type=MERGE), *paths),
-        seen(s.call("PATCH", f"/api/v1/nodes/{n}", json.dumps([{"op": "add", "path": "/metadata/annotations",
-                                                                  "value": {"x": "y"}}]), content_type=JSON_PATCH), *paths),
+        seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"metadata": {"labels": {"a": None}}}, content_type=MERGE), *paths)]
+    cordon = s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"unschedulable": True}}, content_type=MERGE)
+    out += [seen(cordon, *paths), {"cordon answer has the unschedulable taint": has_taint(cordon, UNSCHEDULABLE)}]
+    wait_until(lambda: has_taint(s.call("GET", f"/api/v1/nodes/{n}"), UNSCHEDULABLE), timeout=30,
+               what=f"{s.name}: the node lifecycle controller tainting cordoned node {n}")
+    out += [
+        seen(s.call("PATCH", f"/api/v1/nodes/{n}", json.dumps([{"op": "add", "path": "/metadata/annotations/x",
+                                                                  "value": "y"}]), content_type=JSON_PATCH), *paths),
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", json.dumps([{"op": "test", "path": "/metadata/labels/b",
                                                                   "value": "nope"}]), content_type=JSON_PATCH), *paths),
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}},
-                    content_type=STRATEGIC), *paths),
+                    content_type=STRATEGIC), *paths, "spec.taints"),
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": [{"key": "j", "effect": "NoExecute"}]}},
-                    content_type=STRATEGIC), *paths),
+                    content_type=MERGE), *paths, "spec.taints"),
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", "{not json", content_type=MERGE)),
         seen(s.call("PATCH", f"/api/v1/nodes/{n}", {"spec": {"unschedulable": False}}, content_type="text/plain")),
     ]
+    return out
 
 
 def node_update_conflicts(s: Server, n: str) -> list[Obs]:
@@ -249,18 +269,181 @@ def the_apps_grants(s: Server, n: str) -> list[Obs]:
 
 
 def events(s: Server, n: str) -> list[Obs]:
-    body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"ev-{n}", "namespace": STEWARD_NS},
-            "involvedObject": {"kind": "Node", "name": n, "apiVersion": "v1"}, "reason": "Cordoned",
-            "message": "by the steward", "type": "Normal", "source": {"component": "gpu-fleet-steward"}}
-    return [seen(s.call("POST", f"/api/v1/namespaces/{STEWARD_NS}/events", body, as_app=True),
-                 "reason", "involvedObject.name", "type"),
-            seen(s.call("POST", f"/api/v1/namespaces/{STEWARD_NS}/events", {**body, "type": "Sideways",
-                                                                               "metadata": {"name": f"bad-{n}"}}))]
+    """Node Events: the app records them in ``default`` (the only namespace a core/v1 Event about a
+    cluster-scoped object may live in without eventTime); elsewhere the server refuses them (422)."""
+    def event(ns: str, name: str, **extra: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {"kind": "Node", "name": n, "apiVersion": "v1"}, "reason": "Cordoned",
+                "message": "by the steward", "type": "Normal", "source": {"component": "gpu-fleet-steward"}, **extra}
+    paths = ("reason", "involvedObject.name", "type", "metadata.namespace")
+    return [seen(s.call("POST", "/api/v1/namespaces/default/events", event("default", f"a-{n}"), as_app=True), *paths),
+            seen(s.call("POST", f"/api/v1/namespaces/{STEWARD_NS}/events", event(STEWARD_NS, f"b-{n}"), as_app=True)),
+            seen(s.call("POST", f"/api/v1/namespaces/{STEWARD_NS}/events", event(STEWARD_NS, f"c-{n}"))),
+            seen(s.call("POST", "/api/v1/namespaces/kube-system/events", event("kube-system", f"d-{n}"))),
+            seen(s.call("POST", "/api/v1/namespaces/default/events", event("default", f"e-{n}", type="Sideways")),
+                 *paths)]
+
+
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
+    cond = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    return {"status": cond.get("status"), "reason": cond.get("reason")}
+
+
+def daemonset_pods(s: Server, n: str) -> list[Obs]:
+    """A DaemonSet's pod: owned by it (controller), given the DaemonSet controller's tolerations, and
+    recreated on its node after a delete; deleting the DaemonSet deletes its pods (garbage collector)."""
+    ns = f"ds-{n}"
+    namespace(s, ns)
+    s.call("PATCH", f"/api/v1/nodes/{s.pod_node}", {"metadata": {"labels": {"story-ds": n}}}, content_type=MERGE)
+    code, body = s.call("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+            "metadata": {"labels": {"app": "agent"}},
+            "spec": {"nodeSelector": {"story-ds": n}, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})
+    assert code == 201, (s.name, body)
+
+    def live() -> list[dict[str, Any]]:
+        items = s.call("GET", f"/api/v1/namespaces/{ns}/pods")[1]["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")
+                and ready_condition(p)["status"] == "True"]
+    first = wait_until(live, timeout=60, what=f"{s.name}: the DaemonSet's pod Ready")[0]
+    owner = (first["metadata"].get("ownerReferences") or [{}])[0]
+    tolerations = sorted((t.get("key", ""), t.get("operator", ""), t.get("effect", ""))
+                         for t in first["spec"].get("tolerations") or [])
+    out: list[Obs] = [{"pods": len(live()), "owner": [owner.get("kind"), owner.get("controller")],
+                       "on the labelled node": first["spec"].get("nodeName") == s.pod_node,
+                       "tolerations": tolerations}]
+    s.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{first['metadata']['name']}")
+    again = wait_until(lambda: [p for p in live() if p["metadata"]["uid"] != first["metadata"]["uid"]], timeout=60,
+                       what=f"{s.name}: the DaemonSet recreating its pod")[0]
+    out.append({"recreated on the same node": again["spec"].get("nodeName") == s.pod_node,
+                "same name": again["metadata"]["name"] == first["metadata"]["name"]})
+    out.append(seen(s.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/daemonsets/agent")))
+    wait_until(lambda: not s.call("GET", f"/api/v1/namespaces/{ns}/pods")[1]["items"], timeout=60,
+               what=f"{s.name}: the garbage collector deleting the DaemonSet's pods")
+    s.call("PATCH", f"/api/v1/nodes/{s.pod_node}", {"metadata": {"labels": {"story-ds": None}}}, content_type=MERGE)
+    return out
+
+
+def kubelet_stopped(s: Server, n: str) -> list[Obs]:
+    """A node whose kubelet stopped: Ready goes Unknown with the unreachable taints, its pods are marked
+    not Ready, and a deleted pod there stays Terminating past its grace period (nothing confirms it
+    stopped) until it is force-deleted."""
+    ns = f"ks-{n}"
+    namespace(s, ns)
+    running_pod(s, ns, "stuck", node_name=s.spare_node, grace=1)
+    s.stop_kubelet(s.spare_node)
+
+    def node_taints() -> list[tuple[str, str]]:
+        node = s.call("GET", f"/api/v1/nodes/{s.spare_node}")[1]
+        return sorted((t["key"], t["effect"]) for t in node["spec"].get("taints") or [])
+    wait_until(lambda: ("node.kubernetes.io/unreachable", "NoExecute") in node_taints(), timeout=90,
+               what=f"{s.name}: node {s.spare_node} unreachable")
+    node = s.call("GET", f"/api/v1/nodes/{s.spare_node}")[1]
+    out: list[Obs] = [{"ready": ready_condition(node), "taints": node_taints()}]
+    wait_until(lambda: ready_condition(s.call("GET", f"/api/v1/namespaces/{ns}/pods/stuck")[1])["status"] == "False",
+               timeout=60, what=f"{s.name}: the pods of the unreachable node marked not Ready")
+    deleted = s.call("DELETE", f"/api/v1/namespaces/{ns}/pods/stuck")
+    out.append(seen(deleted, "metadata.deletionGracePeriodSeconds"))
+    past = time.time() + 4  # well past the 1 s grace period
+    wait_until(lambda: time.time() > past, timeout=10, what="the grace period to pass")
+    out.append(seen(s.call("GET", f"/api/v1/namespaces/{ns}/pods/stuck"), "metadata.name",
+                    "metadata.deletionGracePeriodSeconds"))
+    out.append(seen(s.call("DELETE", f"/api/v1/namespaces/{ns}/pods/stuck", {"gracePeriodSeconds": 0})))
+    out.append(seen(s.call("GET", f"/api/v1/namespaces/{ns}/pods/stuck")))
+    return out
+
+
+def field_validation(s: Server, n: str) -> list[Obs]:
+    """Server-side field validation: Strict refuses unknown and duplicate fields, Warn (the default)
+    answers with a Warning header, a patch whose result has an unknown field is 422."""
+    bad = {**node(f"{n}-a"), "spec": {"foo": 1, "taints": [{"key": "a", "effect": "NoSchedule", "zz": 2}]}}
+    out = [seen(s.call("POST", "/api/v1/nodes?fieldValidation=Strict", bad))]
+    out.append(seen(s.call("POST", "/api/v1/nodes", {**node(f"{n}-b"), "spec": {"foo": 1}}), "metadata.name"))
+    out.append({"warnings": s.warnings})
+    out.append(seen(s.call("POST", "/api/v1/nodes?fieldValidation=Ignore", {**node(f"{n}-c"), "spec": {"foo": 1}}),
+                    "metadata.name"))
+    out.append({"warnings": s.warnings})
+    out.append(seen(s.call("POST", "/api/v1/nodes?fieldValidation=Bogus", node(f"{n}-d"))))
+    out.append(seen(s.call("POST", "/api/v1/nodes?fieldValidation=Strict",
+                           '{"apiVersion":"v1","kind":"Node","metadata":{"name":"' + n + '-e"},'
+                           '"spec":{"unschedulable":true,"unschedulable":false}}')))
+    out.append(seen(s.call("PATCH", f"/api/v1/nodes/{n}-b?fieldValidation=Strict", {"spec": {"bar": 1}},
+                           content_type=MERGE)))
+    out.append(seen(s.call("PATCH", f"/api/v1/nodes/{n}-b?fieldValidation=Strict",
+                           {"metadata": {"labels": {"ok": "yes"}}}, content_type=MERGE), "metadata.labels"))
+    return out
+
+
+def kubectl(s: Server, *args: str, stdin: str | None = None) -> Obs:
+    """kubectl's exit code and what it printed, with the server's name taken out."""
+    proc = subprocess.run(["kubectl", "--kubeconfig", s.kubeconfig, *args], input=stdin, capture_output=True,
+                          text=True, timeout=60)
+    return {"rc": proc.returncode, "stdout": proc.stdout.strip(), "stderr": proc.stderr.strip()}
+
+
+def kubectl_as_a_user(s: Server, n: str) -> list[Obs]:
+    """What a new user types: a bare Node from a file (kubectl's default, strict, validation), one with
+    a field Nodes do not have, label, annotate, cordon, a server-side dry-run drain, uncordon, delete,
+    and `auth can-i` as the app."""
+    bare = f"apiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n"
+    typo = f"apiVersion: v1\nkind: Node\nmetadata:\n  name: {n}-typo\nspec:\n  unschedulabel: true\n"
+    return [
+        kubectl(s, "create", "-f", "-", stdin=bare),
+        kubectl(s, "create", "-f", "-", stdin=typo),
+        kubectl(s, "label", "node", n, "team=ml"),
+        kubectl(s, "annotate", "node", n, "gpu-fleet-steward/cordoned-for=r-1"),
+        kubectl(s, "cordon", n),
+        kubectl(s, "cordon", n),
+        kubectl(s, "drain", n, "--ignore-daemonsets", "--dry-run=server"),
+        kubectl(s, "uncordon", n),
+        kubectl(s, "auth", "can-i", "create", "pods", "--subresource=eviction", f"--as={APP_PRINCIPAL_ID}", "-A"),
+        kubectl(s, "auth", "can-i", "delete", "pods", f"--as={APP_PRINCIPAL_ID}", "-A"),
+        kubectl(s, "delete", "node", n),
+        kubectl(s, "get", "node", n),
+    ]
+
+
+def budget_shapes(s: Server, n: str) -> list[Obs]:
+    """Evictions under each PDB shape: maxUnavailable 0, minAvailable 100%, a percentage that rounds,
+    and unready pods under a budget short of healthy pods (IfHealthyBudget refuses, AlwaysAllow lets
+    them go)."""
+    ns = f"bs-{n}"
+    namespace(s, ns)
+    for name, app in (("zero", "zero"), ("full", "full"), ("half-1", "half"), ("half-2", "half"), ("half-3", "half"),
+                      ("sick-1", "sick"), ("sick-2", "sick"), ("loose-1", "loose"), ("loose-2", "loose")):
+        running_pod(s, ns, name, labels={"app": app})
+    pdb(s, ns, "zero", {"app": "zero"}, maxUnavailable=0)
+    pdb(s, ns, "full", {"app": "full"}, minAvailable="100%")
+    pdb(s, ns, "half", {"app": "half"}, maxUnavailable="50%")
+    for name in ("sick-1", "loose-1"):  # a readiness probe failing: the kubelet writes Ready False
+        got = s.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")[1]
+        conditions = [{**c, "status": "False", "reason": "ContainersNotReady"} if c["type"] in ("Ready", "ContainersReady")
+                      else c for c in got["status"]["conditions"]]
+        code, body = s.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                            {"status": {"conditions": conditions}}, content_type=STRATEGIC)
+        assert code == 200, (s.name, body)
+    pdb(s, ns, "sick", {"app": "sick"}, minAvailable=2)
+    pdb(s, ns, "loose", {"app": "loose"}, minAvailable=2, unhealthyPodEvictionPolicy="AlwaysAllow")
+
+    def budget(name: str) -> dict[str, Any]:
+        got = s.call("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}")[1]
+        return pick(got, ["status.disruptionsAllowed", "status.currentHealthy", "status.desiredHealthy",
+                          "status.expectedPods"])
+    wait_until(lambda: budget("sick")["status.currentHealthy"] == 1 and budget("loose")["status.currentHealthy"] == 1,
+               timeout=60, what=f"{s.name}: the disruption controller counting the unready pods")
+    out: list[Obs] = [budget(b) for b in ("zero", "full", "half", "sick", "loose")]
+    out += [seen(evict(s, ns, "zero")), seen(evict(s, ns, "full")), seen(evict(s, ns, "half-1")),
+            seen(evict(s, ns, "half-2")), seen(evict(s, ns, "sick-1")), seen(evict(s, ns, "sick-2")),
+            seen(evict(s, ns, "loose-1")), seen(evict(s, ns, "loose-2"))]
+    return out
 
 
 STORIES: dict[str, Story] = {f.__name__: f for f in (
     bare_node_create, node_without_a_name, node_twice, missing_node, node_patches, node_update_conflicts,
-    node_lists, dry_runs, evictions, terminating_namespace, grace_periods, the_apps_grants, events)}
+    node_lists, dry_runs, evictions, terminating_namespace, grace_periods, the_apps_grants, events,
+    daemonset_pods, kubelet_stopped, field_validation, kubectl_as_a_user, budget_shapes)}
 
 
 @pytest.mark.parametrize("story", list(STORIES))

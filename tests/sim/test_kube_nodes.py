@@ -11,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sim.testing import SimHandle, start_sim
+from tests.waiting import wait_until
 
 SCENARIO: dict[str, Any] = {
     "seed": 11,
@@ -159,14 +160,24 @@ def test_a_strategic_merge_patch_of_taints_replaces_the_whole_list(core: client.
     assert [(t.key, t.effect) for t in restored.spec.taints] == [(t["key"], t["effect"]) for t in before]
 
 
-def test_cordon_by_patch_sets_unschedulable_and_the_unschedulable_taint(core: client.CoreV1Api) -> None:
+def taint_keys(core: client.CoreV1Api, name: str) -> set[str]:
+    return {t.key for t in core.read_node(name).spec.taints or []}
+
+
+def test_cordon_by_patch_sets_unschedulable_and_the_controller_adds_the_taint_after_the_answer(
+        core: client.CoreV1Api) -> None:
+    """As kube-apiserver v1.37 answers (tests/realkube, story node_patches): the patch's answer has no
+    unschedulable taint; the node lifecycle controller's taint pass adds it a moment later."""
     name = pool_nodes(core, "gpu")[1].metadata.name
     cordoned = core.patch_node(name, {"spec": {"unschedulable": True}})
     assert cordoned.spec.unschedulable is True
-    assert any(t.key == "node.kubernetes.io/unschedulable" for t in cordoned.spec.taints)
+    assert not any(t.key == "node.kubernetes.io/unschedulable" for t in cordoned.spec.taints or [])
+    wait_until(lambda: "node.kubernetes.io/unschedulable" in taint_keys(core, name), timeout=10,
+               what="the node lifecycle controller tainting the cordoned node")
     uncordoned = core.patch_node(name, {"spec": {"unschedulable": False}})
     assert not uncordoned.spec.unschedulable
-    assert not any(t.key == "node.kubernetes.io/unschedulable" for t in uncordoned.spec.taints)
+    wait_until(lambda: "node.kubernetes.io/unschedulable" not in taint_keys(core, name), timeout=10,
+               what="the node lifecycle controller removing the taint of the uncordoned node")
 
 
 def test_merge_patch_and_json_patch_change_labels_and_annotations(core: client.CoreV1Api) -> None:

@@ -153,8 +153,9 @@ def test_evicting_in_a_terminating_namespace_is_a_403(sim: SimHandle, tmp_path: 
     assert table.returncode == 0 and table.stdout.split("\n")[0].split() == ["NAME", "STATUS", "AGE"]
     assert table.stdout.split("\n")[1].split()[:2] == ["doomed", "Terminating"], table.stdout
     again = kubectl(sim, "delete", "namespace", "doomed", "--wait=false")
-    assert again.returncode != 0 and ('Error from server (Conflict): Operation cannot be fulfilled on namespaces '
-                                      '"doomed": The system is ensuring all content is removed') in again.stderr
+    # kube-apiserver v1.37 answers a second delete of a terminating namespace with the namespace, 200
+    # (tests/realkube, story terminating_namespace), so kubectl reports it deleted again
+    assert again.returncode == 0 and 'namespace "doomed" deleted' in again.stdout, again.stderr
     immortal = kubectl(sim, "delete", "namespace", "default", "--wait=false")
     assert immortal.returncode != 0 and ('Error from server (Forbidden): namespaces "default" is forbidden: this '
                                          'namespace may not be deleted') in immortal.stderr, immortal.stderr

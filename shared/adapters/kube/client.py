@@ -15,9 +15,10 @@ Why it is built this way:
   leases; Jobs and Karpenter objects in :mod:`shared.adapters.kube.objects`). Pods are only ever removed
   through the Eviction API, whose refusals are classified, not raised (:mod:`shared.adapters.kube.errors`).
 - Errors are translated at the edge into shared.kernel.errors; each method declares the exact Kubernetes
-  verbs it uses (shared.adapters.permissions), per kind for the generic object methods, cluster-wide or in
-  the app's own namespace (leases, events, sample Jobs: ``namespace``, setting STEWARD_NAMESPACE), from
-  which the ClusterRole and the namespace's Role are checked (tests/infra).
+  verbs it uses (shared.adapters.permissions), per kind for the generic object methods, cluster-wide, in
+  the app's own namespace (leases, sample Jobs: ``namespace``, setting STEWARD_NAMESPACE) or, for the
+  Events about Nodes, in ``default`` only (:data:`NODE_EVENTS_NAMESPACE`), from which the ClusterRole and
+  the two Roles are checked (tests/infra).
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ from shared.kernel.timefmt import iso, parse_time
 log = logging.getLogger("steward.kube")
 
 EVENT_COMPONENT = "gpu-fleet-steward"
+NODE_EVENTS_NAMESPACE = "default"
+"""Where the app records its Events about Nodes (``create_event``), as the kubelet records its own.
+
+An Event without ``eventTime`` about a cluster-scoped object (a Node has no namespace) must live in
+namespace "" or ``default`` (with ``eventTime``: ``default`` or ``kube-system``); the API server refuses
+any other with 422 ``involvedObject.namespace: Invalid value: "": does not match event.namespace``
+(kubernetes/kubernetes pkg/apis/core/validation/events.go ``legacyValidateEvent``). ``kubectl describe
+node`` finds them there: it searches Events by involvedObject in every namespace (kubectl describe.go
+searchEvents). The app may create Events here and nowhere else (infra/kubernetes/role.yaml, the Role
+``gpu-fleet-steward-node-events``)."""
 # Leases go through the generic object API so that their MicroTime fields are sent exactly as written
 # (the typed client re-serialises datetimes without the fraction the API server's MicroTime requires).
 _LEASES = ("coordination.k8s.io", "v1", "leases")
@@ -196,7 +207,7 @@ class KubeClient(KubeObjects):
 
     # -- events
 
-    @requires_kube("", "events", "create", namespaced=True)
+    @requires_kube("", "events", "create", namespace=NODE_EVENTS_NAMESPACE)
     def create_event(self, *, node: NodeView | str, reason: str, message: str, type_: str = "Normal",
                      action: str = "", correlation_id: str = "") -> None:
         from kubernetes.client import CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
@@ -208,7 +219,7 @@ class KubeClient(KubeObjects):
         try:
             body = CoreV1Event(
                 api_version="v1", kind="Event",
-                metadata=V1ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=self.namespace,
+                metadata=V1ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=NODE_EVENTS_NAMESPACE,
                                       annotations={"gpu-fleet-steward/correlation-id": correlation_id}
                                       if correlation_id else {}),
                 involved_object=V1ObjectReference(api_version="v1", kind="Node", name=name, uid=uid or None),
@@ -217,10 +228,10 @@ class KubeClient(KubeObjects):
                 reporting_component=EVENT_COMPONENT, reporting_instance=EVENT_COMPONENT,
                 first_timestamp=stamp, last_timestamp=stamp, count=1,
             )
-            # In the app's namespace: an Event about a cluster-scoped Node may live in any namespace, and
-            # `kubectl describe node` searches every namespace for it (kubectl describe.go searchEvents).
+            # In `default`, never the app's namespace: the API server refuses an Event about a Node anywhere
+            # else (NODE_EVENTS_NAMESPACE); `kubectl describe node` finds it in every namespace.
             call_kube(lambda: self._body(self._core.create_namespaced_event(
-                self.namespace, body, _preload_content=False, _request_timeout=TIMEOUT)),
+                NODE_EVENTS_NAMESPACE, body, _preload_content=False, _request_timeout=TIMEOUT)),
                 what=f"event {reason} on node {name}")
         except Exception as error:  # events are auxiliary: log and carry on
             log.warning("could not record a Kubernetes event", extra={"node": name, "reason": reason,

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 FIELD_MANAGER = "gpu-fleet-steward"
-#: The app's own namespace (setting STEWARD_NAMESPACE): its leases, events and sample Jobs live there,
-#: granted by a Role (infra/kubernetes/role.yaml), not cluster-wide.
+#: The app's own namespace (setting STEWARD_NAMESPACE): its leases and sample Jobs live there, granted by
+#: a Role (infra/kubernetes/role.yaml), not cluster-wide. Its Events about Nodes live in ``default``
+#: (shared.adapters.kube.client.NODE_EVENTS_NAMESPACE).
 DEFAULT_APP_NAMESPACE = "gpu-fleet-steward"
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds per request
 
