@@ -79,10 +79,10 @@ class Scene:
         assert code < 300, (method, path, code, answer)
         return answer
 
-    def node(self, suffix: str) -> str:
+    def node(self, suffix: str, kubelet: str = "fake") -> str:
         name = f"{self.pool}-{suffix}"
         self.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"}, "labels": {"pool": self.pool}}})
+            "name": name, "annotations": {KWOK_NODE_ANNOTATION: kubelet}, "labels": {"pool": self.pool}}})
         wait_until(lambda: _ready(self.admin.call("GET", f"/api/v1/nodes/{name}")[1]), timeout=60,
                    what=f"kwok making node {name} Ready")
         self.nodes.append(name)
@@ -241,6 +241,29 @@ def test_an_eviction_in_a_terminating_namespace_is_waited_out(world: World, app:
     assert app_requests(world, scene.ns).get("delete pods", 0) == 0
 
 
+def test_a_node_whose_kubelet_stopped_is_drained_past_the_pods_it_cannot_confirm(world: World, app: Any,
+                                                                                  scene: Scene) -> None:
+    """A GPU fault can take the kubelet down with it: evicted pods there stay Terminating (nothing
+    confirms they stopped), the app waits the skip-wait timeout for each and finishes the drain,
+    never deleting a pod itself."""
+    world.real.start_kubelet(scene.pool)
+    node = scene.node("a", kubelet=scene.pool)
+    scene.deployment("trainer", 2)
+    scene.node("b")
+    world.real.stop_kubelet(scene.pool)
+
+    def unreachable() -> bool:
+        got = world.real_server.call("GET", f"/api/v1/nodes/{node}")[1]
+        return any(t.get("key") == "node.kubernetes.io/unreachable" for t in got["spec"].get("taints") or [])
+    wait_until(unreachable, timeout=90, what=f"node {node} unreachable once its kubelet stopped")
+    rnd = run_drain(app, node)
+    assert rnd.outcome == DRAINED, rnd.messages
+    stuck = [p for p in scene.on(node) if p["metadata"].get("deletionTimestamp")]
+    assert len(stuck) == 2, "both evicted pods stay Terminating: no kubelet confirms them"
+    requests = app_requests(world, scene.ns)
+    assert requests.get("create pods/eviction", 0) >= 2 and requests.get("delete pods", 0) == 0, requests
+
+
 def test_cordon_uncordon_annotation_and_event_as_the_app(world: World, app: Any, scene: Scene) -> None:
     node = scene.node("a")
     assert app.patch_node(node, {"spec": {"unschedulable": True}}).unschedulable
@@ -303,3 +326,33 @@ def test_kubectl_auth_can_i_as_the_app_allows_exactly_what_the_app_declares(worl
              ("update", "nodes", None), ("delete", "nodes", None), ("create", "events", "kube-system")]
     allowed = [n for n in never if can_i(*n)[0]]
     assert allowed == [], f"the app's identity may do more than it needs: {allowed}"
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param({}, id="on-demand"),
+    pytest.param({"spot": {}}, id="spot"),
+    pytest.param({"zones": ["1", "2"]}, id="zonal"),
+])
+def test_the_apps_karpenter_node_pool_is_accepted_by_karpenters_own_crd(world: World, app: Any,
+                                                                        overrides: dict[str, Any]) -> None:
+    """The NodePool the app writes for a NAP pool request, judged by Karpenter's own CRD (its structural
+    schema and CEL rules, sigs.k8s.io/karpenter pkg/apis/crds) on the real API server, then read back
+    and deleted as the app does."""
+    from shared.fleet import gpu_sizes
+    from shared.pools import nap
+    from shared.pools.policy import PoolRequestPolicy
+    from shared.pools.validation import ValidatedRequest, parse_and_validate
+    from tests.unit.fakes_pool import NAP_CLUSTER, message
+
+    name = f"rk{uuid.uuid4().hex[:6]}"
+    result = parse_and_validate(message(cluster=NAP_CLUSTER, poolName=name, **overrides), policy=PoolRequestPolicy(),
+                                in_scope=lambda _: True)
+    assert isinstance(result, ValidatedRequest), result
+    size = gpu_sizes.lookup(result.request.vm_size)
+    assert size is not None
+    pool = nap.node_pool(result.request, size=size, location="westeurope")
+    created = app.apply_object(pool)
+    assert created["metadata"]["name"] == pool["metadata"]["name"]
+    got = app.get_object(nap.NODEPOOL_API, "NodePool", pool["metadata"]["name"])
+    assert got is not None and got["spec"]["limits"] == pool["spec"]["limits"]
+    app.delete_object(nap.NODEPOOL_API, "NodePool", pool["metadata"]["name"])
