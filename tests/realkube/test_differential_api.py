@@ -440,10 +440,45 @@ def budget_shapes(s: Server, n: str) -> list[Obs]:
     return out
 
 
+def the_apps_selectors(s: Server, n: str) -> list[Obs]:
+    """Every selector the app builds (the sweep's GPU selectors, pool selectors from pool labels, the pod
+    list's escaped ``spec.nodeName``) is accepted by both servers and selects the same objects."""
+    from urllib.parse import quote
+
+    from shared.adapters.kube.client import _escape_field_value
+    from shared.migration import reads as migration
+    from shared.pools import nap
+    from shared.pools import spec as pool_spec
+    from shared.remediation import health
+    from shared.remediation.policy import GPU_NODE_SELECTOR, RemediationPolicy
+
+    selectors = [GPU_NODE_SELECTOR, health.NAP_GPU_SELECTOR, RemediationPolicy().node_selector]
+    selectors += [f"{label}=gpu{n[-6:]}" for label in (migration.POOL_LABEL, pool_spec.AGENTPOOL_LABEL,
+                                                       nap.NODEPOOL_LABEL)]
+    for i, selector in enumerate(selectors):
+        key, _, value = selector.partition("=")
+        s.call("POST", "/api/v1/nodes", node(f"{n}-{i}", labels={key: value, "story": n}))
+    out: list[Obs] = []
+    for selector in selectors:
+        code, body = s.call("GET", f"/api/v1/nodes?labelSelector={quote(selector + ',story=' + n)}")
+        out.append({"selector": selector, "code": code,
+                    "names": sorted(i["metadata"]["name"] for i in body["items"]) if code == 200 else body})
+    ns = f"sel-{n}"
+    namespace(s, ns)
+    running_pod(s, ns, "here")
+    field = f"spec.nodeName={_escape_field_value(s.pod_node)}"
+    code, body = s.call("GET", f"/api/v1/namespaces/{ns}/pods?fieldSelector={quote(field)}&limit=500")
+    out.append({"pods on the node": sorted(i["metadata"]["name"] for i in body["items"]) if code == 200 else body})
+    odd = "a,b=c\\d"
+    code, body = s.call("GET", f"/api/v1/pods?fieldSelector={quote('spec.nodeName=' + _escape_field_value(odd))}")
+    out.append({"an escaped odd node name": code, "items": len(body.get("items") or []) if code == 200 else body})
+    return out
+
+
 STORIES: dict[str, Story] = {f.__name__: f for f in (
     bare_node_create, node_without_a_name, node_twice, missing_node, node_patches, node_update_conflicts,
     node_lists, dry_runs, evictions, terminating_namespace, grace_periods, the_apps_grants, events,
-    daemonset_pods, kubelet_stopped, field_validation, kubectl_as_a_user, budget_shapes)}
+    daemonset_pods, kubelet_stopped, field_validation, kubectl_as_a_user, budget_shapes, the_apps_selectors)}
 
 
 @pytest.mark.parametrize("story", list(STORIES))
