@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from realkube.build import Wrapper, kube_ldflags, local_replaces, replace_version, staging_version
 
 KUBERNETES_GOMOD = """module k8s.io/kubernetes
@@ -56,3 +60,32 @@ def test_the_version_is_stamped_into_both_version_packages_as_the_official_build
         assert f"-X {pkg}.gitVersion=v1.37.2" in flags
         assert f"-X {pkg}.gitMajor=1" in flags
         assert f"-X {pkg}.gitMinor=37" in flags
+
+
+def test_a_failed_build_step_says_what_failed_and_how_to_retry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    from realkube import build
+
+    monkeypatch.setenv("REALKUBE_CACHE", str(tmp_path))
+    monkeypatch.setattr(build.shutil, "which", lambda _: "/usr/bin/go")
+
+    def refused(args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 1, "", "go: k8s.io/kubernetes@v1.37.2: 403 Forbidden")
+
+    monkeypatch.setattr(build.subprocess, "run", refused)
+    assert build.main([]) == 1
+    err = capsys.readouterr().err
+    assert "BUILD FAILED" in err and "403 Forbidden" in err
+    assert "make realkube-build" in err  # how to retry
+
+
+def test_without_go_the_build_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from realkube import build
+
+    monkeypatch.setenv("REALKUBE_CACHE", str(tmp_path))
+    monkeypatch.setattr(build.shutil, "which", lambda _: None)
+    assert build.main([]) == 1
+    assert "Go toolchain" in capsys.readouterr().err
