@@ -7,7 +7,7 @@
 # role.yaml's node-events Role only, the Karpenter kinds have no Azure RBAC data actions, and the app's
 # leases and sample Jobs live in namespace.yaml's namespace. role.yaml and rolebinding.yaml hold several
 # documents ("---"); kubectl apply -f applies each.
-# The simulator deploys the same files into every simulated cluster (sim/rbac.py).
+# The simulator deploys the same files into every simulated cluster (sim/kube/rbac.py).
 # Run it as a cluster admin:
 #
 #   scripts/apply-kube-rbac.sh <cluster ARM id> [<cluster ARM id> ...]

@@ -40,10 +40,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from sim.certs import make_certs
+    from sim.core.certs import make_certs
+    from sim.core.server import SimServer
+    from sim.identity.tokens import AKS_AUDIENCES, ARM_AUDIENCES
     from sim.scenario import ScenarioError, build_fleet
-    from sim.server import SimServer
-    from sim.tokens import AKS_AUDIENCES, ARM_AUDIENCES
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -81,11 +81,11 @@ def serve(args: argparse.Namespace) -> int:
                          "kube_server": server_url})
     identity_header = ""
     eventgrid_key = ""
-    from sim.identity import app_principal_id, identity_secret
+    from sim.identity.api import app_principal_id, identity_secret
 
     identity_header = identity_secret(fleet)
     try:
-        from sim.eventgrid import eventgrid_key as eg_key
+        from sim.eventgrid.api import eventgrid_key as eg_key
 
         eventgrid_key = eg_key(fleet)
     except ImportError:

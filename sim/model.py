@@ -15,18 +15,18 @@ due time, not with the wall clock at which the pump happened to run them.
 This module holds the :class:`Fleet`, its clock and the :class:`Cluster` facade. A cluster's behaviour
 lives in one part per concern, each a mixin of :class:`Cluster` over the state its ``__init__`` sets:
 
-- :mod:`sim.store`: objects, resourceVersions, the change log watches read;
-- :mod:`sim.namespaces`: NamespaceLifecycle admission and the namespace controller;
-- :mod:`sim.machines`: a pool's VMs, the nodes they register, spot eviction;
-- :mod:`sim.nodes`: kubelet readiness, repairs, node-problem-detector conditions, node deletion;
-- :mod:`sim.pods`: pod creation, start, graceful deletion and finalizers;
-- :mod:`sim.workloads`: the Deployment, ReplicaSet, StatefulSet, DaemonSet and Job controllers;
-- :mod:`sim.disruption`: PodDisruptionBudgets and the disruption controller;
-- :mod:`sim.scheduler`: binding pending pods;
-- :mod:`sim.nap`: node auto-provisioning (Karpenter NodeClaims).
+- :mod:`sim.kube.store`: objects, resourceVersions, the change log watches read;
+- :mod:`sim.kube.namespaces`: NamespaceLifecycle admission and the namespace controller;
+- :mod:`sim.kube.machines`: a pool's VMs, the nodes they register, spot eviction;
+- :mod:`sim.kube.nodes`: kubelet readiness, repairs, node-problem-detector conditions, node deletion;
+- :mod:`sim.kube.pods`: pod creation, start, graceful deletion and finalizers;
+- :mod:`sim.kube.workloads`: the Deployment, ReplicaSet, StatefulSet, DaemonSet and Job controllers;
+- :mod:`sim.kube.disruption`: PodDisruptionBudgets and the disruption controller;
+- :mod:`sim.kube.scheduler`: binding pending pods;
+- :mod:`sim.kube.nap`: node auto-provisioning (Karpenter NodeClaims).
 
-Shared pieces: :mod:`sim.objects` (stored objects, time stamps, quantities), :mod:`sim.selectors`
-(label selectors) and :mod:`sim.sizes` (VM sizes). The names other code imports from here are
+Shared pieces: :mod:`sim.kube.objects` (stored objects, time stamps, quantities), :mod:`sim.kube.selectors`
+(label selectors) and :mod:`sim.core.sizes` (VM sizes). The names other code imports from here are
 re-exported below, so ``from sim.model import ...`` keeps working.
 """
 
@@ -43,13 +43,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sim.disruption import MAX_DISRUPTED_POD_SIZE, PDB_DELETION_TIMEOUT_S, Disruption
-from sim.machines import PREEMPT_TAINT, SHUTDOWN_TAINT, SPOT_LABEL, SPOT_NOTICE_S, Machines
-from sim.namespaces import IMMORTAL_NAMESPACES, Namespaces, namespace_terminating_error
-from sim.nap import NAP_RESOURCES, Autoprovisioner
-from sim.nodes import NPD_BASE_CONDITIONS, NPD_GPU_CONDITIONS, NPD_GPU_REASONS, REPAIR_RUNGS, Nodes
-from sim.objects import (
+from sim.core.oracles import Oracles
+from sim.core.sizes import gpu_sizes, size_info
+from sim.identity.tokens import TokenIssuer
+from sim.kube.disruption import MAX_DISRUPTED_POD_SIZE, PDB_DELETION_TIMEOUT_S, Disruption
+from sim.kube.machines import PREEMPT_TAINT, SHUTDOWN_TAINT, SPOT_LABEL, SPOT_NOTICE_S, Machines
+from sim.kube.namespaces import IMMORTAL_NAMESPACES, Namespaces, namespace_terminating_error
+from sim.kube.nap import NAP_RESOURCES, Autoprovisioner
+from sim.kube.nodes import NPD_BASE_CONDITIONS, NPD_GPU_CONDITIONS, NPD_GPU_REASONS, Nodes
+from sim.kube.objects import (
     MANAGED_GPU_TAG,
+    REPAIR_RUNGS,
     KObj,
     Node,
     Pod,
@@ -64,13 +68,11 @@ from sim.objects import (
     parse_quantity,
     pod_requests,
 )
-from sim.pods import FINALIZER_RELEASE_ANNOTATION, Pods
-from sim.scheduler import Scheduler
-from sim.selectors import SelectorError, match_requirements, parse_label_selector, selector_requirements
-from sim.sizes import gpu_sizes, size_info
-from sim.store import RESOURCES, Store
-from sim.tokens import TokenIssuer
-from sim.workloads import Controllers
+from sim.kube.pods import FINALIZER_RELEASE_ANNOTATION, Pods
+from sim.kube.scheduler import Scheduler
+from sim.kube.selectors import SelectorError, match_requirements, parse_label_selector, selector_requirements
+from sim.kube.store import RESOURCES, Store
+from sim.kube.workloads import Controllers
 
 __all__ = [
     "DEFAULT_TIMINGS", "FINALIZER_RELEASE_ANNOTATION", "IMMORTAL_NAMESPACES", "LOW_PRIORITY_QUOTA", "MANAGED_GPU_TAG",
@@ -152,14 +154,12 @@ class Fleet:
         self.timings: dict[str, float] = dict(DEFAULT_TIMINGS)
         self.timings.update({k: float(v) for k, v in (timings or {}).items()})
         self.tokens = TokenIssuer(now=self.clock.now, key=token_key, lifetime_s=24 * 3600)
-        from sim.oracles import Oracles
-
         self.oracles = Oracles(self)
         self.clusters: dict[str, Cluster] = {}
         self.quotas: dict[tuple[str, str, str], int] = {}
         self.capacity: dict[tuple[str, str], int] = {}
         # ARM actions taken away from the app's role (tests and the soak remove a grant to see the
-        # path fail); sim.arm.granted_arm_actions subtracts them from the role the project declares.
+        # path fail); sim.arm.api.granted_arm_actions subtracts them from the role the project declares.
         self.revoked_arm_actions: set[str] = set()
         # Resource group ids the linked-resources role is assigned on (infra/main.bicep linkedResourceGroupIds,
         # default []): the join/write actions on a linked subnet, IP prefix or PPG hold only inside them.
@@ -276,7 +276,7 @@ class Fleet:
             self.clusters[cid.lower()] = c
             # the cluster comes "deployed": the app's namespace and RBAC (infra/kubernetes), for its identity
             from sim.identity import app_principal_id
-            from sim.rbac import deploy_app_manifests
+            from sim.kube.rbac import deploy_app_manifests
 
             deploy_app_manifests(c, app_principal_id(self))
             return c
@@ -330,7 +330,7 @@ class Fleet:
 def _make_fault_engine(fleet: Fleet, rules: list[dict[str, Any]]) -> Any:
     """The ARM half's FaultEngine, built with whatever of (fleet, rules, clock, rng) it asks for."""
     try:
-        from sim.faults import FaultEngine  # type: ignore[attr-defined]
+        from sim.core.faults import FaultEngine  # type: ignore[attr-defined]
     except ImportError:
         return None
     try:

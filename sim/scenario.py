@@ -119,13 +119,13 @@ def build_fleet(source: str | Path | dict[str, Any] | None = None, *, seed: int 
     fleet_seed = int(seed if seed is not None else sc.get("seed", 0))
     try:
         fleet = Fleet(seed=fleet_seed, clock=clock, timings=timings, faults=list(sc.get("faults") or []))
-    except ValueError as e:  # a bad fault rule (sim.faults.FaultRuleError)
+    except ValueError as e:  # a bad fault rule (sim.core.faults.FaultRuleError)
         raise ScenarioError(f"faults: {e}") from None
     fleet.scenario = sc
     linked_groups = sc.get("arm_linked_resource_groups") or []
     if not isinstance(linked_groups, list) or not all(isinstance(g, str) for g in linked_groups):
         raise ScenarioError("arm_linked_resource_groups must be a list of resource group ids")
-    fleet.arm_linked_resource_groups = set(linked_groups)  # sim/armrbac.py linked_scopes
+    fleet.arm_linked_resource_groups = set(linked_groups)  # sim/arm/rbac.py linked_scopes
     t0 = clock.now()
     # Building 100k nodes makes millions of small dicts; the cyclic GC would rescan them again and
     # again. Pause it while building (``python -m sim serve`` then freezes what was built).

@@ -7,7 +7,7 @@ flips, fault rules, crashes, strict faults and genuine signals are the same with
 which only adds timed actions. It draws only where :mod:`soak.signals` drew DCGM (the clusters send
 dcgm-exporter metrics to the simulator's workspace), because a forged series needs a workspace that
 the app reads. What a forger can write is what shared/remediation/dcgm_provenance.py says AKS lets
-them write (sim/dcgm.py plays each through ``/_sim/dcgm/...``):
+them write (sim/prometheus/dcgm.py plays each through ``/_sim/dcgm/...``):
 
 - **a tenant pod scraped through pod annotations** (ama-metrics' ``kubernetes-pods`` job), its pod
   labelled ``job=dcgm-exporter`` and ``instance=<a healthy node>``: the series carries the job's own
@@ -46,7 +46,7 @@ REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 #: and each value is one a policy row acts on (restart then replace, restart, replace).
 FORGED_FAULTS: tuple[tuple[str, int], ...] = ((XID, 79), (XID, 48), (XID, 95), (REMAP_FAILURE, 1))
 MANAGED_JOB = "dcgm-exporter"
-#: What a PodMonitor's metricRelabelings drop to leave the managed exporter's shape (sim/dcgm.py adds them).
+#: What a PodMonitor's metricRelabelings drop to leave the managed exporter's shape (sim/prometheus/dcgm.py adds them).
 OPERATOR_LABELS = ("namespace", "pod", "container", "endpoint")
 #: Phantom node names: no pool of any soak fleet is called this (pools are gpu1, gpu2, old, system, NAP's gpu).
 PHANTOM_POOL = "ghost"
@@ -146,7 +146,7 @@ def _podmonitor(sim: Any, cluster: str, node: str, action: dict[str, Any], sent:
 def _relabel(sim: Any, sent: list[dict[str, Any]]) -> None:
     """After a cluster_alias change, send every tenant series again. ama-metrics puts a cluster's alias on
     everything the cluster sends, the tenants' series included, and the simulator now does too
-    (sim/prometheus.py ``writers``); before it did, a forged copy sent before the alias kept the old name
+    (sim/prometheus/api.py ``writers``); before it did, a forged copy sent before the alias kept the old name
     alone (seed 124). The re-send is kept so that existing seeds replay as they did."""
     sim.control("POST", "/dcgm/tenant-series/clear", {})
     for body in sent:

@@ -9,7 +9,7 @@ workspace the app reads (SIGNALS_PROMETHEUS, built from the simulator's endpoint
 :func:`prometheus_setting`). Each kind has its own probability, so that 200 seeds see every kind many
 times:
 
-- **Resource Health** on a node of a managed pool (sim/resource_health.py scenarios): a degraded host
+- **Resource Health** on a node of a managed pool (sim/arm/resource_health.py scenarios): a degraded host
   (cordon and drain ahead of the failure), a host failure (straight to replace), planned maintenance
   (only recorded) and a reboot for repair (only recorded);
 - **forged HealthResources events** for VMs outside the fleet: in a subscription the app does not
@@ -41,7 +41,7 @@ WORKSPACE = "soak-workspace"
 #: shows it. The run lasts that long after the last one (soak.generate), or a fault drawn late is never seen.
 GENUINE_DCGM = frozenset({"dcgm-xid", "dcgm-ecc-storm"})
 DCGM_CONFIRM_S = 30.0 + 90.0
-#: The scenarios of sim/health_resources.py played on a fleet node, with their weights.
+#: The scenarios of sim/eventgrid/health_resources.py played on a fleet node, with their weights.
 HEALTH_SCENARIOS = (("degraded-host", 4), ("host-failure", 2), ("planned-maintenance", 3), ("reboot-for-repair", 1))
 #: Scenarios whose every event a policy row only records (shared/remediation/signal_policy.py): they never
 #: start a remediation.

@@ -32,7 +32,7 @@
 // enough (https://learn.microsoft.com/azure/aks/concepts-identity: "AKS authorizes the request using one
 // (or both) of two models", and before its 2026 rewrite "Azure will team with Kubernetes RBAC to
 // authorize the request"; https://learn.microsoft.com/azure/aks/concepts-cluster-authorization: "You can
-// use both models on the same cluster"). The simulator enforces both (sim/rbac.py authorize, sim/armrbac.py), and
+// use both models on the same cluster"). The simulator enforces both (sim/kube/rbac.py authorize, sim/arm/rbac.py), and
 // tests/integration/test_grants_sim.py shows the app's own token refused a pod create, and still
 // evicting, on such a cluster.
 // Custom resources (the Karpenter kinds of node auto-provisioning clusters) have no data actions of

@@ -1,6 +1,6 @@
 """Fixtures for the local host's tests: the fake app, hosts on unique queues, an Event Grid feed.
 
-The feed is the simulator's own Event Grid handler (``sim.eventgrid.EventGridApi``) behind a plain
+The feed is the simulator's own Event Grid handler (``sim.eventgrid.api.EventGridApi``) behind a plain
 HTTP server, with a minimal fleet (clock, lock, timings), so the host is tested against the real
 deliveries protocol before the whole simulator is up.
 """
@@ -80,8 +80,8 @@ class _FakeFleet:
 
 class FeedServer:
     def __init__(self) -> None:
-        from sim.eventgrid import EventGridApi
-        from sim.http import Headers, Request
+        from sim.core.http import Headers, Request
+        from sim.eventgrid.api import EventGridApi
 
         self.api = EventGridApi(_FakeFleet())
         api = self.api

@@ -2,7 +2,7 @@
 workspace, through a local Functions host on a simulated fleet.
 
 The simulator serves the workspace's PromQL endpoint with dcgm-exporter series of its GPU nodes
-(sim/dcgm.py); the app is configured with SIGNALS_PROMETHEUS pointing at it. The tests inject faults
+(sim/prometheus/dcgm.py); the app is configured with SIGNALS_PROMETHEUS pointing at it. The tests inject faults
 through /_sim/dcgm/... only, and judge from the ledger, the published CloudEvents and the simulator's
 oracles (what really happened to the nodes). Each test waits for positive events (a record's end,
 the fleet's clock and the app's queries moving on), never sleeps and then asserts.

@@ -1,8 +1,8 @@
 """End-to-end: GPU nodes that offer fewer ``nvidia.com/gpu`` than their VM size has GPUs, found by the
 app's sweep and repaired through the one remediation path, on a simulated fleet with a local Functions host.
 
-The simulator's nodes advertise their size's GPUs as the kubelet would (sim/machines.py); the tests
-take GPUs away only through /_sim/gpus/... (sim/gpu_faults.py): one falls off the bus of a running
+The simulator's nodes advertise their size's GPUs as the kubelet would (sim/kube/machines.py); the tests
+take GPUs away only through /_sim/gpus/... (sim/kube/gpu_faults.py): one falls off the bus of a running
 node (capacity keeps it, allocatable drops it; a reboot finds it again, or not), or a new node's
 device plugin never advertises them. The app is told nothing else. Outcomes are judged from the
 ledger, the published CloudEvents, the cluster's Kubernetes API and the simulator's oracles.

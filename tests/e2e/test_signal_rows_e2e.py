@@ -45,7 +45,7 @@ from shared.remediation.dcgm_provenance import POLICY_METRICS
 from shared.remediation.health_events import CONFIRMING_STATES, UNKNOWN_ANNOTATION_EVENT
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.signals import SignalSource, ladder_for
-from sim import health_resources as hr
+from sim.eventgrid import health_resources as hr
 from tests.e2e.test_remediation_e2e import BASE_SETTINGS, SPEED, SWEEP_S, THRESHOLD_S, Fleet, assert_nothing_unsafe
 
 CLUSTER = "e2e-rows"
@@ -54,7 +54,7 @@ RECORDED = remediation.EVENT_PREFIX + remediation.Event.SIGNAL_RECORDED
 ADMITTED = remediation.EVENT_PREFIX + remediation.Event.ADMITTED
 CORDONED = remediation.EVENT_PREFIX + remediation.Event.CORDONED
 ACTING = (sp.CORDON_DRAIN, sp.RESTART, sp.RESTART_THEN_REPLACE, sp.REPLACE)
-QUIET_SIZE, QUIET_GPUS = "Standard_NC64as_T4_v3", 4  # sim/sizes.py: four T4s, one GPU slot per quiet DCGM row
+QUIET_SIZE, QUIET_GPUS = "Standard_NC64as_T4_v3", 4  # sim/core/sizes.py: four T4s, one GPU slot per quiet DCGM row
 ACT_SIZE = "Standard_NC4as_T4_v3"
 ACT_POOL, HEALTH_QUIET_POOL, DCGM_QUIET_POOL = "act", "rhquiet", "dcgmquiet"
 UNLISTED_ANNOTATION = "VirtualMachineSimUnlistedAnnotation"  # no row names it: the safe default
@@ -93,7 +93,7 @@ class Case:
 
 def _health_event(event_type: str, key: str, *, note: str = "") -> tuple[str, dict[str, Any]]:
     """The control call for one HealthResources event. An annotation of the page takes its ``context`` and
-    ``category`` from the simulator's own copy of the page (sim/health_resources.py ``PAGE``), never from the
+    ``category`` from the simulator's own copy of the page (sim/eventgrid/health_resources.py ``PAGE``), never from the
     policy row, so the class ARM then reports is not the app's own table talking back; an annotation the page
     does not have is sent as a platform-initiated, unplanned one. ``reason`` and ``summary`` (free texts the
     app never reads) are the row's note."""

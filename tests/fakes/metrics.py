@@ -1,6 +1,6 @@
 """The MetricsPort fake: an Azure Monitor workspace answering PromQL over the simulator's DCGM model.
 
-It parses and evaluates queries with the simulator's own PromQL subset (sim/promql.py) at the test's
+It parses and evaluates queries with the simulator's own PromQL subset (sim/prometheus/promql.py) at the test's
 clock, so a query the simulator would refuse is refused here too (``Invalid`` with ``bad_data``, as the
 adapter maps an HTTP 400); ``error`` makes every query fail the way an outage, a 4xx or a partial
 answer does.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from shared.kernel.errors import Invalid
 from shared.kernel.ports import Sample
-from sim.prometheus import PrometheusModel, PromQLError, evaluate, parse
+from sim.prometheus.api import PrometheusModel, PromQLError, evaluate, parse
 
 
 class FakeWorkspace:

@@ -1,6 +1,6 @@
 """The app's drain against the simulator's Kubernetes API (issue 10, "Kubernetes: the app" 1 and 2).
 
-The simulator answers evictions as kube-apiserver does (sim/kube_api.py ``_evict``: NamespaceLifecycle
+The simulator answers evictions as kube-apiserver does (sim/kube/api.py ``_evict``: NamespaceLifecycle
 admission's 403 ``NamespaceTerminating``, the budget's 429/403, the multi-PDB 500). These tests run
 the real Kubernetes adapter and the real remediation step against it:
 - an eviction in a namespace being deleted is a 403 that the app waits out (no "check RBAC");

@@ -1,7 +1,7 @@
 """Each grant the deployment gives the app is needed, and is enough: taken away, its call fails, clearly.
 
 One in-process simulator (HTTPS, manual clock) authorizes the app's identity exactly as infra/ grants it
-(sim/rbac.py over infra/kubernetes/*.yaml, sim/armrbac.py over infra/app/steward-role.bicep). For
+(sim/kube/rbac.py over infra/kubernetes/*.yaml, sim/arm/rbac.py over infra/app/steward-role.bicep). For
 every Kubernetes rule verb (ClusterRole and the namespaced Roles) and every ARM action, the test drives
 the production adapter method that needs it (shared.adapters.kube.client.KubeClient, shared.adapters.aks.AksClient,
 shared.adapters.compute.ComputeClient, through ManagedIdentityCredential): with the grant taken away the call
@@ -34,14 +34,14 @@ from shared.kernel.clock import ManualClock
 from shared.kernel.errors import Forbidden
 from shared.settings import load
 
-if importlib.util.find_spec("sim.server") is None:  # pragma: no cover
+if importlib.util.find_spec("sim.core.server") is None:  # pragma: no cover
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)
 
-from sim import rbac
-from sim.armrbac import granted_actions
-from sim.certs import make_certs
+from sim.arm.rbac import granted_actions
+from sim.core.certs import make_certs
+from sim.core.server import SimServer
+from sim.kube import rbac
 from sim.scenario import build_fleet
-from sim.server import SimServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -397,7 +397,7 @@ EVENT_DATA_ACTION = f"{K8S}/events/write"
 
 
 def test_every_kubernetes_data_action_has_a_driver_here() -> None:
-    from sim.armrbac import kubernetes_roles
+    from sim.arm.rbac import kubernetes_roles
 
     cluster_role, namespace_role, _ = kubernetes_roles()
     held = set(cluster_role.data_actions) | set(namespace_role.data_actions)
@@ -423,7 +423,7 @@ def test_on_an_azure_rbac_cluster_as_deployed_node_events_are_granted_by_the_kub
 
 @pytest.mark.parametrize("action", list(DATA_DRIVERS), ids=[a.removeprefix(K8S + "/") for a in DATA_DRIVERS])
 def test_with_azure_rbac_without_one_data_action_its_call_is_forbidden(world: World, action: str) -> None:
-    from sim.armrbac import GUARD_DENIED
+    from sim.arm.rbac import GUARD_DENIED
 
     drive = DATA_DRIVERS[action]
     world.fleet.revoked_arm_actions = {action}
@@ -464,7 +464,7 @@ def _post_pod(w: World, cluster: str, namespace: str, name: str, token: str) -> 
 
 
 def _admin_token(w: World) -> str:
-    from sim.tokens import AKS_AUDIENCES
+    from sim.identity.tokens import AKS_AUDIENCES
 
     return str(w.fleet.tokens.issue(AKS_AUDIENCES[0])[0])  # the harness: system:masters
 
@@ -479,7 +479,7 @@ def _remove_pod(w: World, cluster: str, namespace: str, name: str) -> None:
                                                                       "the-apps-own-namespace"])
 def test_on_an_azure_rbac_cluster_the_apps_token_is_refused_a_pod_create(world: World, cluster: str,
                                                                          namespace: str) -> None:
-    from sim.armrbac import GUARD_DENIED
+    from sim.arm.rbac import GUARD_DENIED
     from sim.identity import app_principal_id
 
     name = f"grants-{cluster}-{namespace}"[:63]
@@ -505,7 +505,7 @@ def test_on_an_azure_rbac_cluster_the_apps_token_is_refused_a_pod_create(world: 
 def test_with_the_pods_write_data_action_the_apps_token_could_create_a_privileged_pod_in_kube_system(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """What dropping pods/write from the Azure role closed (and proof that the refusal above can fail)."""
-    from sim import armrbac
+    from sim.arm import rbac as armrbac
 
     cluster_role, namespace_role, namespace = armrbac.kubernetes_roles()
     assert PODS_WRITE not in cluster_role.data_actions
@@ -527,7 +527,7 @@ def _live_api_pod(w: World, cluster: str) -> str:
 
 def test_on_an_azure_rbac_cluster_evictions_are_granted_by_the_cluster_role_alone(world: World) -> None:
     from shared.kernel.ports import EVICTED, EVICTION_BLOCKED
-    from sim.armrbac import GUARD_DENIED
+    from sim.arm.rbac import GUARD_DENIED
 
     # as deployed: the ClusterRole's pods/eviction create lets the drain evict through the Eviction API
     assert world.deployed.evict("ml", _live_api_pod(world, "azdeployed")).outcome == EVICTED

@@ -1,7 +1,7 @@
 """The app's ARM adapter against the simulator: maintenance windows as AKS serves them, and a write
 refused for a linked permission.
 
-One in-process simulator (sim.server.SimServer over HTTPS, manual clock) is shared by the module; the
+One in-process simulator (sim.core.server.SimServer over HTTPS, manual clock) is shared by the module; the
 app side is the production code: shared.wiring.FleetAccess -> shared.adapters.aks (azure-mgmt-containerservice)
 -> shared.migration.maintenance.window_open.
 """
@@ -22,12 +22,12 @@ from shared.migration.maintenance import window_open
 from shared.migration.policy import MigrationPolicy
 from shared.settings import load
 
-if importlib.util.find_spec("sim.server") is None:  # pragma: no cover - only while the simulator is being written
+if importlib.util.find_spec("sim.core.server") is None:  # pragma: no cover - only while the simulator is being written
     pytest.skip("the simulator is not in this checkout", allow_module_level=True)
 
-from sim.certs import make_certs
+from sim.core.certs import make_certs
+from sim.core.server import SimServer
 from sim.model import Fleet, SimClock
-from sim.server import SimServer
 
 SUB = "00000000-0000-0000-0000-0000000000c4"
 SUBNET = f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/subnets/gpu"

@@ -162,7 +162,7 @@ def test_with_steward_paused_nothing_is_sent_not_even_the_cluster_read(sim: SimH
     assert sim.oracles()["requests"] == before
 
 
-# --------------------------------------------------------------------------- If-Match (sim/arm.py _check_preconditions)
+# --------------------------------------------------------------------------- If-Match (sim/arm/api.py _check_preconditions)
 
 
 def test_a_pool_delete_with_a_stale_etag_is_refused_with_412_and_the_pool_stays(sim: SimHandle, access: Any) -> None:

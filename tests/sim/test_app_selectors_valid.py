@@ -22,7 +22,7 @@ from shared.pools.rules import POOL_NAME
 from shared.remediation import health
 from shared.remediation import records as remediation
 from shared.remediation.policy import GPU_NODE_SELECTOR, RemediationPolicy
-from sim.kube_reads import _parse_field_selector
+from sim.kube.reads import _parse_field_selector
 from sim.model import match_requirements, parse_label_selector
 
 POOL_NAMES = st.from_regex(POOL_NAME, fullmatch=True)

@@ -1,6 +1,6 @@
 """The simulated ARM answers what ARM answers: routes, auth, api-versions, AKS agent-pool rules, LROs.
 
-These tests call :class:`sim.arm.ArmApi` in-process on a manual sim clock (milliseconds each); the
+These tests call :class:`sim.arm.api.ArmApi` in-process on a manual sim clock (milliseconds each); the
 SDK-over-HTTPS tests are in test_arm_sdk.py.
 """
 
@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.arm import ArmApi
-from sim.http import Headers, Request, Response
+from sim.arm.api import ArmApi
+from sim.core.http import Headers, Request, Response
 from sim.model import Fleet, SimClock
 
 SUB = "00000000-0000-0000-0000-00000000aaaa"
@@ -666,7 +666,7 @@ def test_every_answer_carries_arm_request_ids_and_echoes_the_client_request_id(a
 ])
 def test_the_catalogue_knows_gpus_quota_families_and_mig(size: str, gpus: int, family: str, nvidia: bool,
                                                          mig: bool) -> None:
-    from sim import gpu_catalog
+    from sim.core import gpu_catalog
 
     info = gpu_catalog.lookup(size)
     assert info is not None

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sim.http import Headers, Request, Response
+from sim.core.http import Headers, Request, Response
 from tests.sim.test_arm_pool_writes_strict import HOST, T4, Arm, body, error
 
 MANAGED = {"driver": "Install", "nvidia": {"managementMode": "Managed"}}

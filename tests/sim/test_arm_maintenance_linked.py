@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from shared.adapters.permissions import collect_arm_actions, linked_actions
-from sim.arm import ArmApi, granted_arm_actions
-from sim.http import Headers, Request, Response
+from sim.arm.api import ArmApi, granted_arm_actions
+from sim.core.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
 from sim.model import Fleet, SimClock
 from tests.grants import steward_role_actions

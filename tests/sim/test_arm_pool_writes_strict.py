@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from sim.arm import ArmApi
-from sim.http import Headers, Request, Response
+from sim.arm.api import ArmApi
+from sim.core.http import Headers, Request, Response
 from sim.model import Fleet, SimClock
 from sim.scenario import build_fleet
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sim import armrbac
-from sim.arm import ArmApi, granted_arm_actions
-from sim.http import Headers, Request, Response
+from sim.arm import rbac as armrbac
+from sim.arm.api import ArmApi, granted_arm_actions
+from sim.core.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
 from sim.model import Fleet, SimClock
 from tests.grants import steward_role_actions

@@ -1,7 +1,7 @@
 """The real SDKs work unchanged against the simulator over HTTPS: azure-mgmt-containerservice and
 azure-mgmt-compute (with their LRO pollers), ManagedIdentityCredential, EventGridPublisherClient.
 
-One simulator (sim.server.SimServer, in-process threads, clock x200) is shared by the module.
+One simulator (sim.core.server.SimServer, in-process threads, clock x200) is shared by the module.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.containerservice import ContainerServiceClient
 from azure.mgmt.containerservice import models as m
 
-from sim.arm import ArmApi
-from sim.certs import make_certs
-from sim.http import Headers, Request
+from sim.arm.api import ArmApi
+from sim.core.certs import make_certs
+from sim.core.http import Headers, Request
+from sim.core.server import SimServer
 from sim.model import Fleet, SimClock
-from sim.server import SimServer
 from tests.waiting import wait_until
 
 SUB = "00000000-0000-0000-0000-00000000beef"

@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from sim import armrbac, rbac
-from sim.http import Headers, Request, Response
+from sim.arm import rbac as armrbac
+from sim.core.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
-from sim.kube_api import KubeApi
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube import rbac
+from sim.kube.api import KubeApi
 from sim.model import Fleet, SimClock
-from sim.tokens import AKS_AUDIENCES
 
 SUB = "00000000-0000-0000-0000-0000000000b9"
 NS = "gpu-fleet-steward"

@@ -1,4 +1,4 @@
-"""The control API (sim/control.py) in-process: its endpoint index lists every endpoint it serves, and every
+"""The control API (sim/core/control.py) in-process: its endpoint index lists every endpoint it serves, and every
 endpoint that takes a ``cluster`` answers an unknown one with the same 404."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sim.control import ControlApi
-from sim.http import Headers, Request
+from sim.core.control import ControlApi
+from sim.core.http import Headers, Request
 from sim.model import Fleet, SimClock
 from sim.scenario import add_pool
 

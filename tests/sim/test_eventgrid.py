@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sim.eventgrid import MAX_BATCH_BYTES, EventGridApi
-from sim.http import Headers, Request, Response
+from sim.core.http import Headers, Request, Response
+from sim.eventgrid.api import MAX_BATCH_BYTES, EventGridApi
 from sim.model import Fleet, SimClock
 
 BATCH = "application/cloudevents-batch+json; charset=utf-8"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sim.faults import FaultEngine, FaultRuleError, apply_delay
-from sim.http import Response
+from sim.core.faults import FaultEngine, FaultRuleError, apply_delay
+from sim.core.http import Response
 
 
 class Clock:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from sim.http import Headers, Request, Response
-from sim.identity import IdentityApi
+from sim.core.http import Headers, Request, Response
+from sim.identity.api import IdentityApi
+from sim.identity.tokens import AKS_AUDIENCES, ARM_AUDIENCES, EVENTGRID_AUDIENCES, STORAGE_AUDIENCES
 from sim.model import Fleet, SimClock
-from sim.tokens import AKS_AUDIENCES, ARM_AUDIENCES, EVENTGRID_AUDIENCES, STORAGE_AUDIENCES
 
 CLIENT_ID = "11111111-2222-3333-4444-555555555555"
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sim.http import Headers, Request
-from sim.kube_api import KubeApi
+from sim.core.http import Headers, Request
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube.api import KubeApi
 from sim.model import Cluster, Fleet, Node, Pod, SimClock
 from sim.scenario import ScenarioError, add_pool, add_workload
-from sim.tokens import AKS_AUDIENCES
 
 BASE = "/k8s/s/rg/c/api/v1/namespaces/shop/pods"
 

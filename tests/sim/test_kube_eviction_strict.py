@@ -1,6 +1,6 @@
 """The eviction subresource answers as kube-apiserver does (pkg/registry/core/pod/storage/eviction.go).
 
-In-process, manual clock: the API handler (`sim.kube_api.KubeApi.handle`) over a small cluster. Each test
+In-process, manual clock: the API handler (`sim.kube.api.KubeApi.handle`) over a small cluster. Each test
 pins one refusal or one permission of the real server, with its exact status, reason, message, causes and
 Retry-After, because the app is coded against these answers.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from sim.http import Headers, Request, Response
-from sim.kube_api import KubeApi
+from sim.core.http import Headers, Request, Response
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube.api import KubeApi
 from sim.model import Cluster, Fleet, SimClock
 from sim.scenario import add_pool, add_workload
-from sim.tokens import AKS_AUDIENCES
 
 BASE = "/k8s/s/rg/c"
 PDB_PATH = f"{BASE}/apis/policy/v1/namespaces/shop/poddisruptionbudgets"
@@ -382,7 +382,7 @@ def test_a_namespace_with_running_pods_goes_after_their_grace_period(sim: Sim) -
 
 @pytest.mark.parametrize("name", ["default", "kube-system", "kube-public"])
 def test_the_immortal_namespaces_may_not_be_deleted(sim: Sim, name: str) -> None:
-    from sim.kube_api import ApiError
+    from sim.kube.api import ApiError
 
     with pytest.raises(ApiError) as e, sim.fleet.lock:
         sim.c.delete_namespace(name)

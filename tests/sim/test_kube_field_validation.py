@@ -1,4 +1,4 @@
-"""Server-side field validation and the OpenAPI v3 discovery kubectl reads (sim/openapi.py), as
+"""Server-side field validation and the OpenAPI v3 discovery kubectl reads (sim/kube/openapi.py), as
 kube-apiserver v1.37.2 answers them (checked in tests/realkube, stories field_validation and
 kubectl_as_a_user). Issue 20's first finding: ``kubectl create`` of a Node with only a name, which any
 real API server accepts, failed here ("failed to download openapi", then a KeyError on the node's
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sim.openapi import duplicate_fields, model_name, unknown_fields
+from sim.kube.openapi import duplicate_fields, model_name, unknown_fields
 from sim.testing import SimHandle, start_sim
 from tests.realkube.servers import Server
 

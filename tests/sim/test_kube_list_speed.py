@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from unittest import mock
 
-from sim import objects
+from sim.core.http import Headers, Request
 from sim.generate import large_fleet, measure_list
-from sim.http import Headers, Request
-from sim.kube_api import KubeApi
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube import objects
+from sim.kube.api import KubeApi
 from sim.scenario import build_fleet
-from sim.tokens import AKS_AUDIENCES
 
 
 def test_the_list_measurement_reports_both_sides_of_a_kubernetes_client_node_list() -> None:

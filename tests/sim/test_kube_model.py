@@ -241,9 +241,9 @@ def test_pods_on_a_restarting_node_turn_unready_and_back() -> None:
 
 
 def test_evicting_a_pod_under_two_pdbs_is_a_500_as_on_a_real_server() -> None:
-    from sim.http import Headers, Request
-    from sim.kube_api import KubeApi
-    from sim.tokens import AKS_AUDIENCES
+    from sim.core.http import Headers, Request
+    from sim.identity.tokens import AKS_AUDIENCES
+    from sim.kube.api import KubeApi
 
     fleet, c = new_fleet()
     pool(c, "cpu", vmSize="Standard_D4s_v5", count=1)

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from sim import rbac
-from sim.http import Headers, Request, Response
+from sim.core.http import Headers, Request, Response
 from sim.identity import APP_PRINCIPAL_ID
-from sim.kube_api import KubeApi
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube import rbac
+from sim.kube.api import KubeApi
 from sim.model import Fleet, SimClock
-from sim.tokens import AKS_AUDIENCES
 
 SUB = "00000000-0000-0000-0000-0000000000b8"
 NS = "gpu-fleet-steward"
@@ -366,7 +366,7 @@ def test_with_azure_rbac_the_data_roles_from_infra_grant_the_app(azure_rbac: Api
 ])
 def test_with_azure_rbac_anything_else_is_refused_with_akss_reason(azure_rbac: Api, method: str, path: str,
                                                                     message: str) -> None:
-    from sim.armrbac import GUARD_DENIED
+    from sim.arm.rbac import GUARD_DENIED
 
     body = forbidden(azure_rbac.call(method, path))
     assert body["message"] == message.format(u=APP_PRINCIPAL_ID) + ": " + GUARD_DENIED

@@ -1,7 +1,7 @@
 """The simulated API server is as strict as a real one: dry runs, selectors, strategic merge of lists,
 and continue tokens that expire with etcd compaction.
 
-Sources (cited next to each behaviour in sim/kube_*.py and sim/selectors.py): kubernetes/kubernetes
+Sources (cited next to each behaviour in sim/kube/*.py and sim/kube/selectors.py): kubernetes/kubernetes
 staging/src/k8s.io/apiserver/pkg/registry/generic/registry/dryrun.go and store.go (dry runs),
 staging/src/k8s.io/apimachinery/pkg/labels/selector.go and pkg/fields/selector.go (selectors),
 staging/src/k8s.io/api/core/v1/types.go (patch merge keys), staging/src/k8s.io/apiserver/pkg/storage/etcd3/

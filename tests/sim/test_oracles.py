@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.http import Headers, Request
-from sim.kube_api import KubeApi
+from sim.core.http import Headers, Request
+from sim.core.oracles import kube_route, route_template
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube.api import KubeApi
 from sim.model import Cluster, Fleet, SimClock
-from sim.oracles import kube_route, route_template
 from sim.scenario import add_pool, add_workload
-from sim.tokens import AKS_AUDIENCES
 
 
 def setup(replicas: int = 3, pdb: dict[str, Any] | None = None) -> tuple[Fleet, Cluster]:

@@ -1,6 +1,6 @@
 """Pod Security Admission in the simulator, and the app's sample GPU job running under it.
 
-The simulator side (sim/psa.py): a namespace labelled ``pod-security.kubernetes.io/enforce:
+The simulator side (sim/kube/psa.py): a namespace labelled ``pod-security.kubernetes.io/enforce:
 restricted`` (the app's own, infra/kubernetes/namespace.yaml) refuses a pod that breaks the level with
 the API server's 403 ``violates PodSecurity "restricted:latest": ...``; a Job whose template breaks it
 gets no pod, only ``FailedCreate`` events, as the real Job controller does. A pod that passes is stored
@@ -131,7 +131,7 @@ def test_a_namespace_without_the_label_admits_any_pod(core: client.CoreV1Api) ->
 
 
 def test_baseline_refuses_privileged_pods_but_not_a_missing_seccomp_profile() -> None:
-    from sim import psa
+    from sim.kube import psa
 
     labels = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "v1.30"}
     assert psa.admission_error(pod("plain"), labels) is None
@@ -147,7 +147,7 @@ def test_baseline_refuses_privileged_pods_but_not_a_missing_seccomp_profile() ->
 
 
 def test_a_host_path_volume_is_reported_once_under_restricted_as_a_restricted_volume_type() -> None:
-    from sim import psa
+    from sim.kube import psa
 
     body = pod("host", context=RESTRICTED_OK, hostPID=True, hostNetwork=True,
                volumes=[{"name": "root", "hostPath": {"path": "/"}}, {"name": "scratch", "emptyDir": {}}])
@@ -159,7 +159,7 @@ def test_a_host_path_volume_is_reported_once_under_restricted_as_a_restricted_vo
 def test_a_node_debug_pod_gets_the_same_reasons_in_the_same_order_as_on_a_real_cluster() -> None:
     """The warning a real cluster printed for the pod of `kubectl debug node/...` (IBM Cloud's OpenShift
     docs, "Configuring pod security"): same reasons, same details, same order."""
-    from sim import psa
+    from sim.kube import psa
 
     debug = {"metadata": {"name": "node-debugger"}, "spec": {
         "hostNetwork": True, "hostPID": True, "volumes": [{"name": "host", "hostPath": {"path": "/"}}],

@@ -1,7 +1,7 @@
 """No class in sim/ is longer than 400 lines (issue 12).
 
 The simulator's big classes (``Cluster``, ``KubeApi``, ``ArmApi``) are facades over one part per concern
-(sim/model.py, sim/kube_api.py, sim/arm.py list their parts). A class that grows past the limit is a
+(sim/model.py, sim/kube/api.py, sim/arm/api.py list their parts). A class that grows past the limit is a
 concern that wants its own part: this test names it and its length.
 """
 

@@ -1,4 +1,4 @@
-"""The fleet's Azure Monitor workspace (sim/dcgm.py): series that follow the simulated nodes in AKS managed
+"""The fleet's Azure Monitor workspace (sim/prometheus/dcgm.py): series that follow the simulated nodes in AKS managed
 Prometheus's shape, the control routes that inject DCGM faults, tenants' series and cluster aliases, and the
 endpoint's answers (token audience, outage) as the app meets them."""
 
@@ -10,10 +10,10 @@ from urllib.parse import urlencode
 
 from shared.remediation import dcgm_provenance as prov
 from shared.remediation import signal_policy as sp
-from sim.control import ControlApi
-from sim.dcgm import FleetDcgm
-from sim.http import Headers, Request, Response
+from sim.core.control import ControlApi
+from sim.core.http import Headers, Request, Response
 from sim.model import Fleet, SimClock
+from sim.prometheus.dcgm import FleetDcgm
 from sim.scenario import add_pool
 
 QUERY = '{__name__=~"DCGM_FI_DEV_.*", job=~".+"}'

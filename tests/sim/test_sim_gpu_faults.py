@@ -1,4 +1,4 @@
-"""GPUs a node's device plugin does not (or no longer) advertise (sim/gpu_faults.py), in-process.
+"""GPUs a node's device plugin does not (or no longer) advertise (sim/kube/gpu_faults.py), in-process.
 
 A GPU off the bus leaves ``capacity`` and drops from ``allocatable`` (the kubelet's device manager); a
 reboot finds it again when the fault says so, never otherwise; a new node can come up without
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sim.control import ControlApi
-from sim.http import Headers, Request
+from sim.core.control import ControlApi
+from sim.core.http import Headers, Request
 from sim.model import Fleet, SimClock
 from sim.scenario import add_pool
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from shared.remediation import signal_policy as sp
-from sim import health_resources as hr
+from sim.eventgrid import health_resources as hr
 
 SUB = "00000000-0000-0000-0000-000000000001"
 NODE_VM = hr.vmss_vm_id(SUB, "MC_rg_aks_eastus", "aks-gpu-12345678-vmss", 3)

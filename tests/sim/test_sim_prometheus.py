@@ -15,8 +15,9 @@ import pytest
 from shared.adapters.prometheus import PrometheusClient
 from shared.kernel.errors import Forbidden, Invalid, Throttled, Transient
 from shared.remediation import signal_policy as sp
-from sim.http import Headers, Request, Response
-from sim.prometheus import (
+from sim.core.http import Headers, Request, Response
+from sim.identity.tokens import TokenIssuer
+from sim.prometheus.api import (
     PROMETHEUS_AUDIENCES,
     ExporterShape,
     PrometheusApi,
@@ -25,7 +26,6 @@ from sim.prometheus import (
     format_value,
     parse,
 )
-from sim.tokens import TokenIssuer
 
 NOW = 1_750_000_020.0  # a scrape time (30 s interval, phase 0)
 QUERY = '{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_ROW_REMAP_FAILURE", job="dcgm-exporter"}'

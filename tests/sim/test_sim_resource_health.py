@@ -1,7 +1,7 @@
 """The simulator's Azure Resource Health: the ARM availability route, the per-VM state injections change,
 and HealthResources events delivered through the Event Grid feed as the system topic would deliver them.
 
-In process (sim.arm.ArmApi, sim.control.ControlApi, sim.eventgrid.EventGridApi over one fleet, manual clock).
+In process (sim.arm.api.ArmApi, sim.core.control.ControlApi, sim.eventgrid.api.EventGridApi over one fleet, manual clock).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from sim.arm import ArmApi
-from sim.control import ControlApi
-from sim.eventgrid import EventGridApi
-from sim.health_resources import AVAILABILITY_CHANGED, RESOURCE_ANNOTATED
-from sim.http import Headers, Request, Response
+from sim.arm.api import ArmApi
+from sim.core.control import ControlApi
+from sim.core.http import Headers, Request, Response
+from sim.eventgrid.api import EventGridApi
+from sim.eventgrid.health_resources import AVAILABILITY_CHANGED, RESOURCE_ANNOTATED
 from sim.identity import APP_PRINCIPAL_ID
 from sim.scenario import build_fleet
 
@@ -196,7 +196,7 @@ def test_a_state_injection_may_name_the_class_arm_reports(world: World) -> None:
 
 
 def test_every_page_annotation_can_be_injected_and_classes_the_state(world: World) -> None:
-    from sim.health_resources import PAGE
+    from sim.eventgrid.health_resources import PAGE
 
     world.sim("POST", "/resource-health", {"cluster": "k1", "node": world.node, "scenario": "state",
                                            "state": "Unavailable"})

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from sim.arm import ArmApi, ArmError
-from sim.control import ControlApi
-from sim.gpu_catalog import lookup
-from sim.http import Headers, Request
-from sim.kube_api import KubeApi
+from sim.arm.api import ArmApi, ArmError
+from sim.core.control import ControlApi
+from sim.core.gpu_catalog import lookup
+from sim.core.http import Headers, Request
+from sim.identity.tokens import AKS_AUDIENCES
+from sim.kube.api import KubeApi
 from sim.model import PREEMPT_TAINT, SHUTDOWN_TAINT, SPOT_LABEL, Cluster, Fleet, SimClock
 from sim.scenario import add_pool, add_workload
-from sim.tokens import AKS_AUDIENCES
 
 T4 = "Standard_NC8as_T4_v3"
 SPOT_TAINT = f"{SPOT_LABEL}=spot:NoSchedule"
@@ -166,7 +166,7 @@ def test_only_spot_nodes_can_be_evicted_through_the_control_api() -> None:
 
 
 def test_a_scenario_can_schedule_spot_evictions_by_pool_and_index() -> None:
-    from sim.spot import SpotEvictionError, schedule_spot_evictions
+    from sim.core.spot import SpotEvictionError, schedule_spot_evictions
 
     fleet, c = new_fleet()
     spot_pool(c)

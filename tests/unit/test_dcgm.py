@@ -2,7 +2,7 @@
 for every XID row and every counter row, nothing at all from a workspace that fails, and nothing from a
 series that is not the exporter's own (a tenant's, another cluster's, a phantom node's).
 
-The workspace is the simulator's PromQL model (sim/prometheus.py, sim/promql.py) answering the app's own
+The workspace is the simulator's PromQL model (sim/prometheus/api.py, sim/prometheus/promql.py) answering the app's own
 queries in AKS managed Prometheus's shape (``job="dcgm-exporter"``, the node in ``instance``, labelkeep
 ``cluster|instance|gpu|job|__name__``, the default CSV's counters), so a query the subset (or Azure's
 one-``__name__``-matcher rule) would refuse fails here too.
@@ -28,7 +28,7 @@ from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import KIND, UNHEALTHY_EVENT, Rung, State
 from shared.remediation.signals import ladder_for
 from shared.settings import SettingError, Settings
-from sim.prometheus import ExporterShape
+from sim.prometheus.api import ExporterShape
 from tests.fakes.metrics import FakeWorkspace
 from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAccess, Fleet
 

@@ -2,7 +2,7 @@
 them, about a node its cluster lists and ARM vouches for; never a tenant's, another cluster's or a
 phantom's, and never one the node's own exporter contradicts (shared.remediation.dcgm_provenance).
 
-Each forgery is built the way its scrape would really label it (sim/prometheus.py ``add_scraped``:
+Each forgery is built the way its scrape would really label it (sim/prometheus/api.py ``add_scraped``:
 target labels, ``honor_labels``, metric relabelling), and judged by the app's own sweep and admission.
 """
 

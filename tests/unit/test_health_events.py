@@ -2,7 +2,7 @@
 
 The fleet is tests/unit/fakes_remediation.py's (one cluster, one GPU pool, a real ledger, the real
 admission); only Resource Health's current availability is added (:class:`HealthCompute`). Events are
-built by sim/health_resources.py, the simulator's copy of the documented schema.
+built by sim/eventgrid/health_resources.py, the simulator's copy of the documented schema.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from shared.kernel.ports import AvailabilityView
 from shared.remediation import health_events, signal_policy
 from shared.remediation.admission import Handling
 from shared.remediation.records import KIND
-from sim import health_resources as hr
+from sim.eventgrid import health_resources as hr
 from tests.unit.fakes_remediation import SUB, T0, FakeCompute, Fleet, vm_id
 
 RECORDED_EVENT = "Steward.Remediation.SignalRecorded"

@@ -20,7 +20,7 @@ from shared.remediation import health_events, signal_policy
 from shared.remediation.admission import Handling
 from shared.remediation.health_events import UNKNOWN_ANNOTATION_EVENT, arm_class, still_present
 from shared.remediation.records import DEDUPE_KIND, KIND
-from sim import health_resources as hr
+from sim.eventgrid import health_resources as hr
 from tests.unit.fakes_remediation import T0, vm_id
 from tests.unit.test_health_events import HealthCompute, arm_says, event_for, fleet_with
 

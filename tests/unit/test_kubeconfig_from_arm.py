@@ -4,7 +4,7 @@
 (a compromised or spoofed endpoint, a proxy, a test double) must not be able to make the app send
 its AKS bearer token over plain HTTP, to an unverified server, or trust a CA file on the host.
 shared.adapters.kube.auth.server_and_ca refuses each of those (issue 11 §4), and the simulator's own kubeconfig
-(sim/arm.py ``_kubeconfig``) still passes.
+(sim/arm/api.py ``_kubeconfig``) still passes.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def test_a_document_that_is_not_a_kubeconfig_is_refused_with_invalid() -> None:
 
 @pytest.mark.parametrize("fmt", ["exec", "azure"])
 def test_the_simulators_kubeconfig_passes(fmt: str) -> None:
-    from sim.arm import ArmApi
-    from sim.http import Headers, Request
+    from sim.arm.api import ArmApi
+    from sim.core.http import Headers, Request
     from sim.model import Fleet, SimClock
 
     fleet = Fleet(seed=1, clock=SimClock(manual=True))

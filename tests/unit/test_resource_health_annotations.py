@@ -5,7 +5,7 @@ articles/service-health/resource-health-vm-annotation.md, ms.date 03/18/2026), a
 spells them. Every page row must have a policy row with the same Context / Category / ImpactType, every
 annotation row of the policy must be on the page, and the action must follow from the impact by the one
 rule (``signal_policy.rule_action``) unless the row names its exception. A new row on the page with no policy
-row fails here; so does the simulator's copy of the page (sim/health_resources.py ``PAGE``) drifting.
+row fails here; so does the simulator's copy of the page (sim/eventgrid/health_resources.py ``PAGE``) drifting.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from shared.remediation import signal_policy as sp
-from sim import health_resources as hr
+from sim.eventgrid import health_resources as hr
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "resource_health_annotations.tsv"
 #: The page's Overview lists every value each attribute can take.

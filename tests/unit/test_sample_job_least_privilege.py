@@ -24,7 +24,7 @@ from shared.pools.records import KIND
 from shared.pools.request import Mig, PoolRequest
 from shared.pools.sample_job import job_name, sample_job
 from shared.pools.steps import advance
-from sim import psa
+from sim.kube import psa
 from tests.unit.fakes_pool import CLUSTER, World, make_world, materialise, message
 
 MODULES = {"pool-request": pool_steps}
