@@ -475,10 +475,56 @@ def the_apps_selectors(s: Server, n: str) -> list[Obs]:
     return out
 
 
+def eviction_marks(s: Server, n: str) -> list[Obs]:
+    """An allowed eviction marks the pod DisruptionTarget (EvictionByEvictionAPI) and records it in the
+    PDB's disruptedPods; a pod that never got scheduled is evicted without a budget check."""
+    ns = f"em-{n}"
+    namespace(s, ns)
+    running_pod(s, ns, "web-1", grace=30, labels={"app": "web"}, finalizers=["example.com/hold"])
+    running_pod(s, ns, "web-2", labels={"app": "web"})
+    code, body = s.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nowhere", "labels": {"app": "tight"}},
+        "spec": {"nodeSelector": {"no-such-label": "x"}, "containers": [{"name": "c", "image": "pause"}]}})
+    assert code == 201, (s.name, body)
+    pdb(s, ns, "web", {"app": "web"}, maxUnavailable=1)
+    pdb(s, ns, "tight", {"app": "tight"}, minAvailable=1)
+    out = [seen(evict(s, ns, "web-1"))]
+    got = s.call("GET", f"/api/v1/namespaces/{ns}/pods/web-1")[1]
+    target = next((c for c in got["status"].get("conditions") or [] if c.get("type") == "DisruptionTarget"), {})
+    out.append({"condition": {k: target.get(k) for k in ("type", "status", "reason")}})
+    budget = s.call("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/web")[1]
+    out.append({"disruptedPods": sorted((budget.get("status") or {}).get("disruptedPods") or {})})
+    out.append(seen(evict(s, ns, "web-2")))
+    out.append(seen(evict(s, ns, "nowhere")))
+    s.call("PATCH", f"/api/v1/namespaces/{ns}/pods/web-1", {"metadata": {"finalizers": None}}, content_type=MERGE)
+    return out
+
+
+def dry_run_pod_security(s: Server, n: str) -> list[Obs]:
+    """A dry-run pod create goes through Pod Security admission as the real create does."""
+    ns = f"ps-{n}"
+    code, body = s.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    assert code == 201, (s.name, body)
+    wait_until(lambda: s.call("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200
+               or s.name == "simulator", timeout=30, what=f"{s.name}: the default service account of {ns}")
+    privileged = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+                  "spec": {"containers": [{"name": "c", "image": "pause", "securityContext": {"privileged": True}}]}}
+    restricted = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fine"}, "spec": {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "image": "pause", "securityContext": {
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
+    return [seen(s.call("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", privileged)),
+            seen(s.call("POST", f"/api/v1/namespaces/{ns}/pods", privileged)),
+            seen(s.call("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", restricted), "metadata.name"),
+            seen(s.call("GET", f"/api/v1/namespaces/{ns}/pods/fine"))]
+
+
 STORIES: dict[str, Story] = {f.__name__: f for f in (
     bare_node_create, node_without_a_name, node_twice, missing_node, node_patches, node_update_conflicts,
     node_lists, dry_runs, evictions, terminating_namespace, grace_periods, the_apps_grants, events,
-    daemonset_pods, kubelet_stopped, field_validation, kubectl_as_a_user, budget_shapes, the_apps_selectors)}
+    daemonset_pods, kubelet_stopped, field_validation, kubectl_as_a_user, budget_shapes, the_apps_selectors,
+    eviction_marks, dry_run_pod_security)}
 
 
 @pytest.mark.parametrize("story", list(STORIES))
