@@ -59,9 +59,17 @@ def test_realkube_list_without_the_real_control_plane_says_how_to_build_it(monke
     assert all(f.value is None and "make realkube-build" in f.not_measured for f in figures)
 
 
+def _unbuilt_realkube(figure: dict[str, object]) -> bool:
+    """realkube_list's figures on a machine without the real control plane (make test runs before the
+    lane builds it): not measured, saying how to build it (test_every_figure_at_the_tiny_size_is_measured)."""
+    return not realkube_build.built() and "kube-apiserver" in str(figure["name"]) and bool(figure["not_measured"])
+
+
 def test_every_measured_value_and_ratio_is_a_finite_number_with_a_unit(results: dict[str, object]) -> None:
     for f in _figures(results):
         assert isinstance(f["unit"], str) and f["unit"], f
+        if _unbuilt_realkube(f):
+            continue
         assert isinstance(f["value"], int | float) and math.isfinite(f["value"]), f
         if f["baseline_value"] is not None:
             assert math.isfinite(f["baseline_value"]), f  # type: ignore[arg-type]
@@ -79,8 +87,11 @@ def test_each_benchmark_contributes_its_figures(results: dict[str, object], pref
 
 def test_the_figures_that_have_a_natural_baseline_carry_it(results: dict[str, object]) -> None:
     with_baseline = {str(f["name"]) for f in _figures(results) if f["baseline_value"] is not None}
-    for prefix in ("function_app cold import time", "sweep CPU per node, ", "drain of a node",
-                   "pool migration vs its critical path", "client CPU per node, our msgspec client"):
+    prefixes = ["function_app cold import time", "sweep CPU per node, ", "drain of a node",
+                "pool migration vs its critical path"]
+    if realkube_build.built():
+        prefixes.append("client CPU per node, our msgspec client")
+    for prefix in prefixes:
         assert any(name.startswith(prefix) or prefix in name for name in with_baseline), prefix
 
 
