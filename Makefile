@@ -2,7 +2,7 @@
 #   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
-#   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ (mypy.ini)
+#   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ and realkube/ (mypy.ini)
 #   make test-realkube   the real-control-plane lane: builds kube-apiserver, etcd, the controller manager,
 #                the scheduler and kwok from Go modules (cached outside the repo), starts them on loopback,
 #                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
@@ -57,7 +57,7 @@ soak: $(STAMP) $(AZURITE)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m mypy shared
+	$(PY) -m mypy shared realkube
 
 clean:
 	rm -rf $(VENV) .tools .state .pytest_cache .mypy_cache bench-results.json

@@ -87,7 +87,7 @@ def make_pki(directory: Path, *, days: int = 7) -> Pki:
     pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     pki.ca_key.write_bytes(_pem_key(ca_key))
 
-    def leaf(name: str, subject: x509.Name, usage: ExtendedKeyUsageOID, sans: list[x509.GeneralName] | None) -> None:
+    def leaf(name: str, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
                    .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)

@@ -55,11 +55,11 @@ def test_the_tool_is_pinned_for_development_and_installed_at_that_version(tool: 
     assert canonicalize_name(tool) not in deployed_lock(), f"{tool} is a dev tool: it does not belong in constraints.txt"
 
 
-def test_make_lint_runs_ruff_the_import_contracts_and_mypy_on_shared() -> None:
+def test_make_lint_runs_ruff_the_import_contracts_and_mypy_on_shared_and_realkube() -> None:
     assert make_recipe("lint") == [
         "$(PY) -m ruff check .",
         "$(VENV)/bin/lint-imports --no-cache",
-        "$(PY) -m mypy shared",
+        "$(PY) -m mypy shared realkube",
     ]
     assert (REPO / "Makefile").read_text(encoding="utf-8").count("\nlint: $(STAMP)\n") == 1
 
@@ -69,6 +69,12 @@ def test_ci_lints_before_it_tests() -> None:
                 if line.strip() and not line.lstrip().startswith("#")]
     assert "make lint" in commands
     assert commands.index("make lint") < commands.index("make test")
+
+
+def test_ci_runs_the_real_control_plane_lane_after_the_tests() -> None:
+    commands = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert commands.index("make test") < commands.index("make test-realkube")
 
 
 def test_mypy_is_configured_for_python_3_11_with_unused_ignores_reported() -> None:
