@@ -27,7 +27,7 @@ from realkube import build
 from realkube.cluster import KWOK_NODE_ANNOTATION, RealCluster, karpenter_crds, running
 from sim.identity import APP_PRINCIPAL_ID
 from sim.testing import SimHandle, start_sim
-from tests.realkube.servers import Server
+from tests.realkube.servers import Server, is_ready
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,17 +67,13 @@ def apply_rbac(kubeconfig: Path, principal: str) -> None:
                    capture_output=True)
 
 
-def kwok_node(server: Server, name: str, kubelet: str = "fake") -> str:
+def kwok_node(server: Server, name: str, kubelet: str = "fake", labels: dict[str, str] | None = None) -> str:
     """A Node kwok acts as the kubelet of (realkube.cluster.KWOK_NODE_ANNOTATION), once it is Ready."""
     code, body = server.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "annotations": {KWOK_NODE_ANNOTATION: kubelet}, "labels": {"type": "kwok"}}})
+        "name": name, "annotations": {KWOK_NODE_ANNOTATION: kubelet}, "labels": labels or {"type": "kwok"}}})
     assert code == 201, body
-
-    def ready() -> bool:
-        node = server.call("GET", f"/api/v1/nodes/{name}")[1]
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or [])
-    wait_until(ready, timeout=60, what=f"kwok making node {name} Ready")
+    wait_until(lambda: is_ready(server.call("GET", f"/api/v1/nodes/{name}")[1]), timeout=60,
+               what=f"kwok making node {name} Ready")
     return name
 
 

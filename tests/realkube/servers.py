@@ -55,6 +55,12 @@ class Server:
             return resp.status, raw.decode(errors="replace")
 
 
+def is_ready(obj: Any) -> bool:
+    """Whether a Node or Pod has the condition Ready=True."""
+    return isinstance(obj, dict) and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                         for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 def status_of(body: Any) -> dict[str, Any]:
     """The parts of a ``Status`` answer a client acts on: code, reason, details (kind, name, causes)."""
     if not isinstance(body, dict) or body.get("kind") != "Status":

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
-from realkube.cluster import KWOK_NODE_ANNOTATION, audit_events
+from realkube.cluster import audit_events
 from shared.drain.runner import advance_drain
 from shared.drain.settings import DrainSettings
 from shared.drain.state import DRAINED, REFUSED, STOPPED, DrainState
 from shared.kernel.clock import SystemClock
 from sim.identity import APP_PRINCIPAL_ID
-from tests.realkube.conftest import AKS_AUDIENCE, World
-from tests.realkube.servers import Server
+from tests.realkube.conftest import AKS_AUDIENCE, World, kwok_node
+from tests.realkube.servers import Server, is_ready
 from tests.waiting import wait_until
 
 APP_NAMESPACE = "gpu-fleet-steward"
@@ -80,11 +80,7 @@ class Scene:
         return answer
 
     def node(self, suffix: str, kubelet: str = "fake") -> str:
-        name = f"{self.pool}-{suffix}"
-        self.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "annotations": {KWOK_NODE_ANNOTATION: kubelet}, "labels": {"pool": self.pool}}})
-        wait_until(lambda: _ready(self.admin.call("GET", f"/api/v1/nodes/{name}")[1]), timeout=60,
-                   what=f"kwok making node {name} Ready")
+        name = kwok_node(self.admin, f"{self.pool}-{suffix}", kubelet, labels={"pool": self.pool})
         self.nodes.append(name)
         return name
 
@@ -100,7 +96,7 @@ class Scene:
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": meta, "spec": _pod_spec(self.pool, **template)}}})
-        wait_until(lambda: sum(1 for p in self.pods() if p["metadata"]["labels"].get("app") == name and _ready(p))
+        wait_until(lambda: sum(1 for p in self.pods() if p["metadata"]["labels"].get("app") == name and is_ready(p))
                    >= replicas, timeout=60, what=f"{replicas} Ready pods of deployment {name}")
 
     def daemonset(self, name: str) -> None:
@@ -108,7 +104,7 @@ class Scene:
             "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
             "spec": {"selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(self.pool)}}})
-        wait_until(lambda: sum(1 for p in self.pods() if p["metadata"]["labels"].get("app") == name and _ready(p))
+        wait_until(lambda: sum(1 for p in self.pods() if p["metadata"]["labels"].get("app") == name and is_ready(p))
                    >= len(self.nodes), timeout=60, what=f"daemonset {name} Ready on every node")
 
     def pdb(self, name: str, selector: dict[str, str], **spec: Any) -> None:
@@ -125,11 +121,6 @@ class Scene:
 def _pod_spec(pool: str, **extra: Any) -> dict[str, Any]:
     return {"nodeSelector": {"pool": pool}, "terminationGracePeriodSeconds": extra.pop("grace", 2),
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], **extra}
-
-
-def _ready(obj: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 @pytest.fixture
@@ -188,7 +179,7 @@ def test_a_pdb_guarded_deployment_is_drained_through_the_eviction_api_within_its
 
     def sample() -> None:
         pods = [p for p in scene.pods() if p["metadata"]["labels"].get("app") == "trainer"]
-        healthy.append(sum(1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp")))
+        healthy.append(sum(1 for p in pods if is_ready(p) and not p["metadata"].get("deletionTimestamp")))
 
     rnd = run_drain(app, first, sample=sample)
     assert rnd.outcome == DRAINED, rnd.messages

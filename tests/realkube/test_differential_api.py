@@ -23,7 +23,7 @@ import pytest
 
 from sim.identity import APP_PRINCIPAL_ID
 from tests.realkube.conftest import World
-from tests.realkube.servers import Server, pick, status_of
+from tests.realkube.servers import Server, is_ready, pick, status_of
 from tests.waiting import wait_until
 
 Obs = dict[str, Any]
@@ -70,11 +70,8 @@ def running_pod(s: Server, ns: str, name: str, node_name: str = "", **extra: Any
     code, body = s.call("POST", f"/api/v1/namespaces/{ns}/pods", pod(name, node_name or s.pod_node, **extra))
     assert code == 201, (s.name, body)
 
-    def ready() -> bool:
-        got = s.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")[1]
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (got.get("status") or {}).get("conditions") or [])
-    wait_until(ready, timeout=60, what=f"{s.name}: pod {ns}/{name} Ready")
+    wait_until(lambda: is_ready(s.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")[1]), timeout=60,
+               what=f"{s.name}: pod {ns}/{name} Ready")
 
 
 def pdb(s: Server, ns: str, name: str, selector: dict[str, str], **spec: Any) -> None:
