@@ -2,13 +2,14 @@
 #   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
+#   make aks-definitions   derive shared/kernel/definitions/*.json again from the Azure SDKs' models
 #   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ and realkube/ (mypy.ini)
 #   make test-realkube   the real-control-plane lane: builds kube-apiserver, etcd, the controller manager,
 #                the scheduler and kwok from Go modules (cached outside the repo), starts them on loopback,
 #                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
 
 .POSIX:
-.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube
+.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions
 
 PYTHON = python3.11
 VENV = .venv
@@ -16,16 +17,27 @@ PY = $(VENV)/bin/python
 STAMP = $(VENV)/.requirements.stamp
 AZURITE = .tools/azurite/node_modules/.bin/azurite
 SOAK_RUNS ?= 1000
+PREVIEW_SDK = .tools/sdk/containerservice-preview
 
 all: test
 
 # The venv is (re)built only when a requirements file changed since the last install.
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+# The preview api-version's SDK goes apart (requirements-sdk-preview.txt): only its models are read, to derive
+# the definitions in shared/kernel/definitions.
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements-sdk-preview.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	rm -rf $(PREVIEW_SDK)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(PREVIEW_SDK) -r requirements-sdk-preview.txt
 	touch $(STAMP)
+
+# The AgentPool definitions of the api-versions the app speaks, derived again from the SDKs' models
+# (after a change of requirements.txt or requirements-sdk-preview.txt; tests/unit/test_aks_definitions.py says when).
+aks-definitions: $(STAMP)
+	$(PY) -m shared.kernel.definitions.derive
+	PYTHONPATH=$(PREVIEW_SDK) $(PY) -m shared.kernel.definitions.derive
 
 # Azurite (the storage emulator) from npm, pinned in devhost/azurite.py, into .tools/azurite.
 azurite: $(AZURITE)

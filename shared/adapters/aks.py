@@ -6,19 +6,20 @@ Why the details matter:
   ARM_ENDPOINT with the token scope of ARM_AUDIENCE (public cloud, sovereign clouds and the simulator
   differ only in settings), STEWARD_CA_BUNDLE when set, and the SDK's own retries off (``retry_total=0``):
   retrying is :mod:`shared.kernel.retry`'s job alone, so a throttled ARM sees one polite client, not two.
-- A second client per subscription speaks the preview api-version, used only for the requests that
-  need preview fields (``nvidia.migStrategy``); the stable SDK models carry unknown keys unchanged,
-  so bodies are sent as the raw camelCase dicts the rest of the app builds (the AgentPool resource of
+- One client per subscription and api-version: the stable one by default, the preview one for reads of
+  pools and for the writes whose body needs it; the SDK's models carry unknown keys unchanged, so
+  bodies are sent as the raw camelCase dicts the rest of the app builds (the AgentPool resource of
   Azure/azure-rest-api-specs specification/containerservice/resource-manager/Microsoft.ContainerService/aks).
 - ``begin_*`` return once ARM accepted the request (``polling=False``): the ledger and the
   reconciler follow the long-running operation by reading the pool, never by holding an invocation.
 - Every SDK call goes through :func:`shared.adapters.arm.call_arm`, which translates its exceptions into
   the specific types of shared.kernel.errors by ARM's error *code*: the core never searches message text.
-- Pools are *read* with the preview api-version, the one that shows every field of a pool
-  (``nvidia.migStrategy``/``migProfiles`` exist only there), so that a write built from a read
-  (a PUT is create-or-replace) carries all of them; a PUT whose body holds a preview-only field is
-  sent with the preview api-version too (:func:`shared.kernel.ports.needs_preview`). An api-version
-  that lacks a field would not see it, and a client that does not send a field it read resets it
+- Pools are *read* with the preview api-version, the one that shows the most of a pool (``nvidia.migStrategy``,
+  kubelet eviction thresholds, ``nodeInitializationTaints``... exist only there), so that a write built from
+  a read (a PUT is create-or-replace) carries all of them; a PUT is sent on the first api-version whose
+  AgentPool definition carries every property of its body (:func:`shared.kernel.definitions.api_version_for`),
+  and a body that none carries is not sent at all (:class:`shared.kernel.errors.Unwritable`). An api-version
+  that lacks a property does not write it, and a client that does not send a field it read resets it
   (Azure/azure-resource-manager-rpc v1.0/version-change.md: the GET-PUT pipeline).
 """
 
@@ -31,9 +32,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared.adapters.arm import arm_client_options, call_arm
 from shared.adapters.permissions import requires_arm
-from shared.kernel import retry
-from shared.kernel.errors import Invalid, NotFound
-from shared.kernel.ports import PREVIEW_API_VERSION, ClusterInfo, MachineInfo, PoolInfo, needs_preview, parse_cluster_id
+from shared.kernel import definitions, retry
+from shared.kernel.errors import Invalid, NotFound, Unwritable
+from shared.kernel.ports import ClusterInfo, MachineInfo, PoolInfo, parse_cluster_id
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -104,7 +105,7 @@ def pool_etag(pool: PoolInfo | None) -> str | None:
 
 
 class AksClient:
-    """AksPort over azure-mgmt-containerservice (stable api-version; preview on request)."""
+    """AksPort over azure-mgmt-containerservice (the stable api-version; the preview one where the data needs it)."""
 
     def __init__(self, credential: TokenCredential, settings: Settings, *, clock: Clock | None = None,
                  retry_attempts: int = 4, retry_max_delay: float = 30.0) -> None:
@@ -113,21 +114,20 @@ class AksClient:
         self._clock = clock
         self._attempts = retry_attempts
         self._max_delay = retry_max_delay
-        self._clients: dict[tuple[str, bool], Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     # -- plumbing
 
-    def _client(self, subscription: str, *, preview: bool = False) -> Any:
-        key = (subscription.lower(), preview)
+    def _client(self, subscription: str, *, api_version: str = definitions.STABLE_API_VERSION) -> Any:
+        key = (subscription.lower(), api_version)
         with self._lock:
             client = self._clients.get(key)
             if client is None:
                 from azure.mgmt.containerservice import ContainerServiceClient
 
                 options = arm_client_options(self._settings)
-                if preview:
-                    options["api_version"] = PREVIEW_API_VERSION
+                options["api_version"] = api_version
                 client = ContainerServiceClient(self._credential, subscription, **options)
                 self._clients[key] = client
             return client
@@ -179,14 +179,14 @@ class AksClient:
     @requires_arm("Microsoft.ContainerService/managedClusters/agentPools/read")
     def list_pools(self, cluster_id: str) -> list[PoolInfo]:
         sub, rg, name = parse_cluster_id(cluster_id)
-        client = self._client(sub, preview=True)  # the api-version that shows every field of a pool
+        client = self._client(sub, api_version=definitions.PREVIEW_API_VERSION)  # it shows the most of a pool
         raws = self._run(lambda: [_raw(p) for p in client.agent_pools.list(rg, name)], what=f"list pools of {cluster_id}")
         return [pool_view(cluster_id, r) for r in raws]
 
     @requires_arm("Microsoft.ContainerService/managedClusters/agentPools/read")
     def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None:
         sub, rg, name = parse_cluster_id(cluster_id)
-        client = self._client(sub, preview=True)  # the api-version that shows every field of a pool
+        client = self._client(sub, api_version=definitions.PREVIEW_API_VERSION)  # it shows the most of a pool
         try:
             raw = self._run(lambda: _raw(client.agent_pools.get(rg, name, pool)), what=f"get pool {pool} of {cluster_id}")
         except NotFound:
@@ -194,13 +194,15 @@ class AksClient:
         return pool_view(cluster_id, raw)
 
     @requires_arm("Microsoft.ContainerService/managedClusters/agentPools/write")
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool | None = None,
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, api_version: str | None = None,
                        etag: str | None = None, create_only: bool = False) -> None:
         """PUT the pool. ``body`` is either the AgentPool (``{"properties": {...}}``) or its properties.
 
-        The api-version is the preview one when ``preview`` is true, or when it is not given and the
-        body carries a field only the preview api-version has (a MIG pool's ``migStrategy``, read
-        back by :meth:`get_pool`): sent on a version that lacks it, the field would not be written.
+        The api-version is ``api_version``, or when not given the first one whose AgentPool definition
+        carries every property of the body (a MIG pool's ``migStrategy`` or a pool's kubelet eviction
+        thresholds, read back by :meth:`get_pool`, need the preview one): sent on a version that lacks a
+        property, the property would not be written. A body that no api-version carries is not sent:
+        :class:`~shared.kernel.errors.Unwritable` names the properties.
         ``etag`` (the pool's ``properties.eTag`` as read) is sent as ``If-Match``: AKS then refuses
         the write with 412 (raised as Conflict) if the pool changed since it was read. ``create_only``
         sends ``If-None-Match: *`` instead: a PUT is create-or-replace, and a pool someone made under
@@ -208,8 +210,13 @@ class AksClient:
         """
         sub, rg, name = parse_cluster_id(cluster_id)
         payload = dict(body) if "properties" in body else {"properties": dict(body)}
-        use_preview = needs_preview(payload.get("properties") or {}) if preview is None else bool(preview)
-        client = self._client(sub, preview=use_preview)
+        props = payload.get("properties") or {}
+        version = api_version or definitions.api_version_for(props)
+        if version is None:
+            lost = definitions.unrepresentable(props)
+            raise Unwritable(f"put pool {pool} of {cluster_id} not sent: no api-version the app speaks "
+                             f"({', '.join(definitions.API_VERSIONS)}) carries {', '.join(lost)}", fields=lost)
+        client = self._client(sub, api_version=version)
         if create_only and etag:
             raise ValueError("create_only and etag exclude each other")
         kwargs = if_none_match() if create_only else if_match(etag)

@@ -1,37 +1,32 @@
-"""The replacement of an unmanaged GPU pool: the same pool, field by field, with a managed GPU profile.
+"""The replacement of an unmanaged GPU pool: the same pool, property by property, with a managed GPU profile.
 
-AKS cannot switch a pool to the managed GPU stack in place (``gpuProfile`` is immutable), so the
-migration creates a new pool that must be indistinguishable from the old one for the workloads:
-same size, placement, network, spot settings, labels, taints, node configuration. This module
-decides that body, purely, from the old pool as ARM returned it (Azure/azure-rest-api-specs
-specification/containerservice/resource-manager/Microsoft.ContainerService/aks, AgentPools_CreateOrUpdate):
+The migration creates a new pool that must be indistinguishable from the old one for the workloads:
+same size, placement, network, spot settings, labels, taints, kubelet and OS configuration, eviction
+thresholds, reserved resources. What "every property" means is not a list of ours: it is the AgentPool
+definition of every api-version the app speaks (:mod:`shared.kernel.definitions`, derived from the Azure
+SDK's generated models, themselves generated from Azure/azure-rest-api-specs
+specification/containerservice/resource-manager/Microsoft.ContainerService/aks). :data:`CLONE_TABLE` has one
+row per property of those definitions, saying whether the clone copies it or why not;
+tests/unit/test_pool_clone_table.py fails when a definition has a property without a row (a newer SDK
+adds one), and the round-trip property test (tests/integration/test_clone_round_trip_sim.py) fails when a
+row is removed. A pool that carries a property with no row, or one no api-version can carry, is not
+cloned at all (:func:`clone_problems`; the plan and every migration step refuse it, naming the fields):
+a migration that quietly dropped a team's settings would be data loss.
 
-- copied: the fields of :data:`COPIED` (compute, placement and networking, spot, Kubernetes
-  metadata, node configuration and security, scaling);
-- never copied: read-only fields (:data:`READ_ONLY`), ``nodeImageVersion`` (writable since
-  2026-08-01, and writing it rolls a pool back), ``powerState``, ``status``, ``creationData``,
-  ``virtualMachineNodesStatus``, ``gpuInstanceProfile`` (MIG pools are never migrated);
-- node labels under the reserved prefixes ``kubernetes.azure.com/`` and ``kubernetes.io/`` are
-  dropped (AKS sets them itself and refuses them in a request);
-- ``gpuProfile`` is set fresh: ``{"driver": "Install", "nvidia": {"managementMode": "Managed"}}``;
-- the cluster autoscaler is off (not supported on managed GPU pools during the preview):
-  ``enableAutoScaling: false``, no ``minCount``/``maxCount``, and ``count`` = the old pool's
-  current count (what runs now) clamped into the old [minCount, maxCount]. The old bounds are kept
-  in a tag so that an operator can turn the autoscaler back on once it is supported;
-- tags: the old pool's tags plus :data:`TAG_MIGRATED_FROM` (and :data:`TAG_AUTOSCALER` when the
-  old pool autoscaled). Azure tag names may not contain ``/``, hence the dashes.
-
-Fields ARM adds that this module does not know are not copied (an allowlist is the safe side: an
-unknown field may be read-only); :func:`clone_differences` lists every field that differs and why,
-for the plan and for the field-by-field comparison in the tests.
+Copied values leave out what the definition marks read-only at any depth (``localDNSProfile.state``,
+``status.provisioningError``...). The replacement is sent on the api-version that carries every property
+of its body (:func:`shared.kernel.definitions.api_version_for`): a property sent on a version that lacks it
+is not written. docs/migration.md shows the table (tests/unit/test_pool_clone_table.py keeps the two equal).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from shared.kernel import definitions as defs
 from shared.kernel.ports import PoolInfo
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]{0,11}$")
@@ -40,36 +35,123 @@ RESERVED_LABEL_PREFIXES: tuple[str, ...] = ("kubernetes.azure.com/", "kubernetes
 TAG_MIGRATED_FROM = "gpu-fleet-steward-migrated-from"
 TAG_AUTOSCALER = "gpu-fleet-steward-autoscaler-was"
 
-COPIED: tuple[str, ...] = (
-    # compute
-    "vmSize", "count", "osType", "osSKU", "osDiskSizeGB", "osDiskType", "kubeletDiskType", "maxPods",
-    "mode", "type", "orchestratorVersion",
+COPY, SET, OMIT = "copy", "set", "omit"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the clone does with one AgentPool property: ``copy`` it as read (read-only parts left out),
+    ``set`` it to a value of the migration's own, or ``omit`` it; ``why`` is said in the plan and the docs."""
+
+    action: str
+    why: str
+
+
+_COPIED = "copied as read"
+_AUTOSCALER_OFF = "the cluster autoscaler is not supported on managed GPU pools during the preview: off on the replacement"
+
+CLONE_TABLE: Mapping[str, Rule] = {
+    # compute and OS
+    "vmSize": Rule(COPY, _COPIED),
+    "osType": Rule(COPY, _COPIED),
+    "osSKU": Rule(COPY, _COPIED),
+    "osDiskSizeGB": Rule(COPY, _COPIED),
+    "osDiskType": Rule(COPY, _COPIED),
+    "kubeletDiskType": Rule(COPY, _COPIED),
+    "enableOSDiskFullCaching": Rule(COPY, _COPIED),
+    "maxPods": Rule(COPY, _COPIED),
+    "mode": Rule(COPY, _COPIED),
+    "type": Rule(COPY, _COPIED),
+    "orchestratorVersion": Rule(COPY, _COPIED),
+    "workloadRuntime": Rule(COPY, _COPIED),
+    "messageOfTheDay": Rule(COPY, _COPIED),
+    "windowsProfile": Rule(COPY, _COPIED),
+    "virtualMachinesProfile": Rule(COPY, _COPIED),
+    "preparedImageSpecificationProfile": Rule(COPY, _COPIED),
+    "artifactStreamingProfile": Rule(COPY, _COPIED),
     # placement and networking
-    "availabilityZones", "vnetSubnetID", "podSubnetID", "podIPAllocationMode", "enableNodePublicIP",
-    "nodePublicIPPrefixID", "proximityPlacementGroupID", "capacityReservationGroupID", "hostGroupID",
-    "networkProfile",
+    "availabilityZones": Rule(COPY, _COPIED),
+    "vnetSubnetID": Rule(COPY, _COPIED),
+    "podSubnetID": Rule(COPY, _COPIED),
+    "podIPAllocationMode": Rule(COPY, _COPIED),
+    "enableNodePublicIP": Rule(COPY, _COPIED),
+    "nodePublicIPPrefixID": Rule(COPY, _COPIED),
+    "proximityPlacementGroupID": Rule(COPY, _COPIED),
+    "capacityReservationGroupID": Rule(COPY, _COPIED),
+    "hostGroupID": Rule(COPY, _COPIED),
+    "networkProfile": Rule(COPY, _COPIED),
+    "gatewayProfile": Rule(COPY, _COPIED),
+    "localDNSProfile": Rule(COPY, _COPIED),
     # spot
-    "scaleSetPriority", "scaleSetEvictionPolicy", "spotMaxPrice", "scaleDownMode",
+    "scaleSetPriority": Rule(COPY, _COPIED),
+    "scaleSetEvictionPolicy": Rule(COPY, _COPIED),
+    "spotMaxPrice": Rule(COPY, _COPIED),
+    "scaleDownMode": Rule(COPY, _COPIED),
     # Kubernetes metadata
-    "nodeLabels", "nodeTaints", "tags",
+    "nodeTaints": Rule(COPY, _COPIED),
+    "nodeInitializationTaints": Rule(COPY, _COPIED),
+    "nodeLabels": Rule(SET, "copied without the labels under kubernetes.azure.com/ and kubernetes.io/, which AKS "
+                            "sets itself and refuses in a request"),
+    "tags": Rule(SET, f"copied, plus {TAG_MIGRATED_FROM}=<old pool> (and {TAG_AUTOSCALER}=<min>-<max> when the old "
+                      "pool autoscaled, so an operator can turn the autoscaler back on)"),
     # node configuration and security
-    "kubeletConfig", "linuxOSConfig", "upgradeSettings", "enableEncryptionAtHost", "enableUltraSSD",
-    "enableFIPS", "securityProfile", "workloadRuntime", "messageOfTheDay", "localDNSProfile",
-    # scaling (autoscaler forced off, see the module docstring)
-    "enableAutoScaling",
-)
-READ_ONLY: tuple[str, ...] = ("id", "name", "eTag", "currentOrchestratorVersion", "provisioningState")
-NEVER_COPIED: Mapping[str, str] = {
-    "nodeImageVersion": "writing it rolls a pool back to that image; AKS picks the current one",
-    "powerState": "state, not configuration",
-    "status": "read-only information",
-    "creationData": "a snapshot source applies to the old pool's creation only",
-    "virtualMachineNodesStatus": "state, not configuration",
-    "gpuInstanceProfile": "MIG pools are not migrated",
-    "minCount": "the autoscaler is off on managed GPU pools during the preview",
-    "maxCount": "the autoscaler is off on managed GPU pools during the preview",
-    "gpuProfile": "set fresh to the managed profile",
+    "kubeletConfig": Rule(COPY, _COPIED),
+    "linuxOSConfig": Rule(COPY, _COPIED),
+    "securityProfile": Rule(COPY, _COPIED),
+    "enableEncryptionAtHost": Rule(COPY, _COPIED),
+    "enableUltraSSD": Rule(COPY, _COPIED),
+    "enableFIPS": Rule(COPY, _COPIED),
+    "upgradeSettings": Rule(COPY, _COPIED),
+    "upgradeSettingsBlueGreen": Rule(COPY, _COPIED),
+    "upgradeStrategy": Rule(COPY, _COPIED),
+    # GPU
+    "gpuProfile": Rule(SET, 'set to {"driver": "Install", "nvidia": {"managementMode": "Managed"}}: the point of the '
+                            "migration"),
+    "gpuInstanceProfile": Rule(OMIT, "MIG pools are not migrated (an existing MIG pool cannot become a managed one)"),
+    # scaling
+    "count": Rule(SET, "the old pool's current count, clamped into its autoscaler bounds when it autoscales "
+                       "(one batch first when rolling)"),
+    "enableAutoScaling": Rule(SET, _AUTOSCALER_OFF),
+    "minCount": Rule(OMIT, _AUTOSCALER_OFF),
+    "maxCount": Rule(OMIT, _AUTOSCALER_OFF),
+    # state and what ARM owns
+    "nodeImageVersion": Rule(OMIT, "writing it pins the replacement to the old pool's node image (writable since "
+                                   "2026-08-01, it rolls a pool to that image); AKS picks the current one"),
+    "creationData": Rule(OMIT, "a snapshot source applies to the old pool's creation only and pins its node image"),
+    "powerState": Rule(OMIT, "state, not configuration: a new pool starts Running"),
+    "status": Rule(OMIT, "information ARM reports"),
+    "virtualMachineNodesStatus": Rule(OMIT, "state, not configuration"),
+    "provisioningState": Rule(OMIT, "read-only"),
+    "currentOrchestratorVersion": Rule(OMIT, "read-only"),
+    "eTag": Rule(OMIT, "read-only"),
 }
+"""One row per AgentPool property of every api-version the app speaks (:func:`shared.kernel.definitions.pool_property_names`)."""
+
+
+class CloneRefused(ValueError):
+    """The old pool carries properties the clone cannot carry over: ``fields`` names them."""
+
+    def __init__(self, message: str, fields: list[str]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+def clone_problems(old: Mapping[str, Any]) -> str:
+    """Why the pool with these ``properties`` (as ARM shows them) cannot be cloned ("" = it can). Pure.
+
+    A property without a row in :data:`CLONE_TABLE` (a newer api-version's, one this app has never seen)
+    or one that no api-version the app speaks can write would be lost by the migration."""
+    present = {k for k, v in old.items() if v is not None}
+    no_rule = sorted(present - set(CLONE_TABLE))
+    if no_rule:
+        return (f"the pool carries {', '.join(no_rule)}, which the migration has no rule for (shared.fleet.pool_clone "
+                "CLONE_TABLE): it would not be copied; nothing is written")
+    body = {k: v for k, v in old.items() if k in present and CLONE_TABLE[k].action == COPY}
+    lost = defs.unrepresentable(body)
+    if lost:
+        return (f"no api-version the app speaks ({', '.join(defs.API_VERSIONS)}) can write {', '.join(lost)}: the "
+                "replacement would not carry them; nothing is written")
+    return ""
 
 
 def _reserved(label: str) -> bool:
@@ -92,20 +174,22 @@ def clone_for_managed(old: PoolInfo, *, new_name: str, count: int | None = None)
     """The ``properties`` of the replacement pool (the PUT body is ``{"properties": ...}``).
 
     ``count`` overrides the node count (the rolling strategy starts the replacement with one batch).
+    Raises :class:`CloneRefused` when :func:`clone_problems` finds a property that would be lost.
     """
     if not NAME_PATTERN.match(new_name):
         raise ValueError(f"replacement name {new_name!r} does not match {NAME_PATTERN.pattern}")
     props = old.properties
-    body: dict[str, Any] = {}
-    for key in COPIED:
-        if key in props and props[key] is not None:
-            body[key] = _copy(props[key])
-    if "nodeLabels" in body:
-        body["nodeLabels"] = {k: v for k, v in body["nodeLabels"].items() if not _reserved(k)}
+    problem = clone_problems(props)
+    if problem:
+        raise CloneRefused(problem, [k for k in props if k not in CLONE_TABLE] or defs.unrepresentable(props))
+    copied = {k: _copy(v) for k, v in props.items() if v is not None and CLONE_TABLE[k].action == COPY}
+    body = _without_read_only(copied)
+    if props.get("nodeLabels") is not None:
+        body["nodeLabels"] = {k: v for k, v in props["nodeLabels"].items() if not _reserved(k)}
     body["enableAutoScaling"] = False
     body["count"] = replacement_count(props) if count is None else count
     body["gpuProfile"] = _copy(MANAGED_GPU_PROFILE)
-    tags = dict(body.get("tags") or {})
+    tags = dict(props.get("tags") or {})
     tags[TAG_MIGRATED_FROM] = old.name
     if props.get("enableAutoScaling"):
         tags[TAG_AUTOSCALER] = f"{props.get('minCount', '')}-{props.get('maxCount', '')}"
@@ -113,27 +197,35 @@ def clone_for_managed(old: PoolInfo, *, new_name: str, count: int | None = None)
     return body
 
 
-# What a write to an *existing* pool leaves out of the pool's own GET body: state and values ARM
-# owns. ``nodeImageVersion`` is writable since 2026-08-01 but writing it rolls the pool back to that
-# image (the AgentPool schema's nodeImageVersion, api-version 2026-08-01), and leaving it out keeps the
-# current one. Everything else is sent back as
-# read, known to this app or not: the PUT is create-or-replace, and a field left out is reset
+def _without_read_only(props: Mapping[str, Any]) -> dict[str, Any]:
+    """``props`` without what the definition marks read-only, at every depth, judged by the api-version that
+    carries them all (the newest when none does: :func:`clone_problems` has refused that case already)."""
+    version = defs.api_version_for(props) or defs.API_VERSIONS[-1]
+    return defs.definitions(version).writable(props)
+
+
+# What a write to an *existing* pool leaves out of the pool's own GET body besides what the definition
+# marks read-only (which :func:`update_properties` leaves out at every depth): ``nodeImageVersion`` is
+# writable since 2026-08-01 but writing it rolls the pool back to that image (the AgentPool schema's
+# nodeImageVersion, api-version 2026-08-01), and leaving it out keeps the current one; ``status`` and
+# ``virtualMachineNodesStatus`` are information ARM reports. Everything else is sent back as read, known
+# to this app or not: the PUT is create-or-replace, and a field left out is reset
 # (Azure/azure-resource-manager-rpc v1.0/version-change.md, "the GET-PUT pipeline").
-NOT_WRITTEN_BACK: frozenset[str] = frozenset({
-    "provisioningState", "currentOrchestratorVersion", "eTag", "nodeImageVersion", "status",
-    "virtualMachineNodesStatus",
-})
+NOT_WRITTEN_BACK: frozenset[str] = frozenset({"nodeImageVersion", "status", "virtualMachineNodesStatus"} | {
+    name for version in defs.API_VERSIONS
+    for name, prop in defs.definitions(version).pool_properties().items() if prop.read_only})
 
 
 def update_properties(old: PoolInfo, **changes: Any) -> dict[str, Any]:
     """The properties of a PUT that changes only ``changes`` of the existing pool ``old``.
 
     ``old`` must be the pool as read on the api-version that shows all its fields (shared.adapters.aks reads
-    pools on the preview one); the caller sends it back on the same (AksClient.begin_put_pool picks
-    the preview api-version when the body carries a preview-only field). A change whose value is
-    ``None`` removes the field.
+    pools on the preview one); AksClient.begin_put_pool sends the body on the first api-version that
+    carries every property of it (:func:`shared.kernel.definitions.api_version_for`), and refuses to send
+    one no api-version carries. A change whose value is ``None`` removes the field.
     """
-    body = {k: _copy(v) for k, v in old.properties.items() if k not in NOT_WRITTEN_BACK and v is not None}
+    body = _without_read_only({k: _copy(v) for k, v in old.properties.items()
+                               if k not in NOT_WRITTEN_BACK and v is not None})
     for key, value in changes.items():
         if value is None:
             body.pop(key, None)
@@ -160,29 +252,24 @@ def frozen_old_pool(old: PoolInfo, *, enable_autoscaling: bool, min_count: int |
 
 
 def clone_differences(old: PoolInfo, body: Mapping[str, Any]) -> dict[str, str]:
-    """Every field of the old pool that the replacement does not carry unchanged, with the reason."""
+    """Every property of the old pool that the replacement does not carry unchanged, with the reason
+    (:data:`CLONE_TABLE`'s, or "changed" for a copied property that differs: never expected)."""
     props = old.properties
     out: dict[str, str] = {}
     for key in sorted(set(props) | set(body)):
-        if key in READ_ONLY:
-            out[key] = "read-only"
-        elif key in NEVER_COPIED:
-            if key in props or key == "gpuProfile":
-                out[key] = NEVER_COPIED[key]
-        elif key == "nodeLabels":
-            dropped = sorted(k for k in (props.get(key) or {}) if _reserved(k))
-            if dropped:
-                out[key] = f"reserved labels dropped: {', '.join(dropped)}"
-        elif key == "tags":
-            out[key] = "migration tags added"
-        elif key == "enableAutoScaling" and bool(props.get(key)) != bool(body.get(key)):
-            out[key] = NEVER_COPIED["minCount"]
-        elif key == "count" and props.get(key) != body.get(key):
-            out[key] = "clamped into the old autoscaler bounds, or one rolling batch"
-        elif key not in COPIED:
-            out[key] = "not a known copyable field (allowlist)"
-        elif props.get(key) != body.get(key):
-            out[key] = "changed"  # never expected: the tests assert this does not happen
+        before, after = props.get(key), body.get(key)
+        rule = CLONE_TABLE.get(key)
+        if rule is None:
+            out[key] = "no rule in the clone table"
+        elif rule.action == OMIT:
+            if before is not None:
+                out[key] = rule.why
+        elif rule.action == SET:
+            if before != after:
+                out[key] = rule.why
+        elif before is not None and before != after:
+            out[key] = ("read-only parts left out" if after == _without_read_only({key: before}).get(key)
+                        else "changed")
     return out
 
 
@@ -214,3 +301,14 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_copy(v) for v in value]
     return value
+
+
+def clone_table_markdown() -> str:
+    """:data:`CLONE_TABLE` as the Markdown table docs/migration.md shows (a test keeps the two equal)."""
+    versions = {v: set(defs.definitions(v).pool_properties()) for v in defs.API_VERSIONS}
+    lines = ["| property | api-versions | the replacement | why |", "|---|---|---|---|"]
+    order = {COPY: 0, SET: 1, OMIT: 2}
+    for name, rule in sorted(CLONE_TABLE.items(), key=lambda kv: (order[kv[1].action], kv[0].lower())):
+        where = ", ".join(v for v, names in versions.items() if name in names) or "none"
+        lines.append(f"| `{name}` | {where} | {rule.action} | {rule.why} |")
+    return "\n".join(lines) + "\n"

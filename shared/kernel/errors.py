@@ -65,6 +65,16 @@ RETRYABLE: tuple[type[StewardError], ...] = (Throttled, Transient)
 # refines, so code that catches Invalid / Forbidden / Conflict keeps working.
 
 
+class Unwritable(Invalid):
+    """A write was not sent because no api-version the app speaks carries every property of its body
+    (shared.kernel.definitions): sent anyway, the properties it lacks would silently not be written.
+    ``fields`` names them."""
+
+    def __init__(self, message: str, *, fields: list[str]) -> None:
+        super().__init__(message, code="Unwritable")
+        self.fields = fields
+
+
 class QuotaExceeded(Invalid):
     """Not enough vCPU quota for the request.
 

@@ -251,33 +251,6 @@ class PoolInfo(msgspec.Struct, frozen=True):
         return str(value) if value else None
 
 
-PREVIEW_API_VERSION = "2026-08-02-preview"
-"""The AKS api-version that has ``gpuProfile.nvidia.migStrategy`` / ``migProfiles`` (Azure/azure-rest-api-specs
-specification/containerservice/resource-manager/Microsoft.ContainerService/aks/preview/2026-08-02-preview,
-examples/AgentPoolsCreate_SingleMIG.json)."""
-
-PREVIEW_ONLY_POOL_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("gpuProfile", "driverType"),
-    ("gpuProfile", "nvidia", "migStrategy"),
-    ("gpuProfile", "nvidia", "migProfiles"),
-    ("gpuProfile", "nvidia", "driverMode"),
-)
-"""AgentPool properties only the preview api-version has: part of the AksPort contract, because
-``begin_put_pool`` (``preview`` not given) sends a body holding one of them on :data:`PREVIEW_API_VERSION`;
-sent on a version that lacks it, the field would not be written."""
-
-
-def needs_preview(properties: Mapping[str, Any]) -> bool:
-    """Whether AgentPool ``properties`` carry a field only the preview api-version has."""
-    for path in PREVIEW_ONLY_POOL_FIELDS:
-        cur: Any = properties
-        for key in path:
-            cur = cur.get(key) if isinstance(cur, Mapping) else None
-        if cur is not None:
-            return True
-    return False
-
-
 class MachineInfo(msgspec.Struct, frozen=True):
     name: str  # equals the node name for VMSS pools
     resource_id: str  # the VMSS VM id
@@ -291,10 +264,13 @@ class AksPort(Protocol):
     def get_cluster(self, cluster_id: str) -> ClusterInfo: ...
     def list_pools(self, cluster_id: str) -> list[PoolInfo]: ...
     def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None: ...
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, api_version: str | None = None,
                        etag: str | None = None, create_only: bool = False) -> None:
         """Start a create-or-update; returns once ARM accepted it (does not wait for the LRO).
 
+        Sent on ``api_version``, or when not given on the first api-version whose definition carries every
+        property of the body (shared.kernel.definitions.api_version_for); a body no api-version carries
+        is not sent (shared.kernel.errors.Unwritable, naming the properties).
         ``etag``: send ``If-Match`` with the pool's ``properties.eTag`` as read (412 -> Conflict).
         ``create_only``: send ``If-None-Match: *``, so an existing pool is never replaced (412 -> Conflict)."""
 

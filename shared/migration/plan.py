@@ -23,6 +23,9 @@ window              the cluster is outside its maintenance window ("waiting for 
 quota               the configured vCPU headroom cannot hold even one batch (a spot pool's
                     headroom is its region's low-priority quota, ``location:lowPriorityCores``)
 cap                 the fleet-wide cap on concurrent migrations is reached; next run
+unwritable          the pool carries a property the clone has no rule for, or one no
+                    api-version the app speaks can write (shared.fleet.pool_clone.clone_problems):
+                    the replacement would silently lack it; the fields are named, nothing is written
 ==================  ====================================================================
 
 Spot pools count against the region's separate low-priority (Spot) vCPU quota, usage name
@@ -52,6 +55,7 @@ from shared.fleet.pool_clone import (
     TAG_MIGRATED_FROM,
     candidate_name,
     clone_for_managed,
+    clone_problems,
     replacement_count,
     replacement_name,
 )
@@ -140,6 +144,9 @@ def pool_ineligibility(pool: PoolInfo, *, size: Any) -> tuple[str, str] | None:
         return "mig", "MIG pool: existing MIG pools cannot be migrated to managed GPU pools"
     if str(props.get("mode", "User")) != "User":
         return "system", f"{props.get('mode')} pool, not a User pool: hosts cluster services; not migrated"
+    lost = clone_problems(props)
+    if lost:
+        return "unwritable", lost
     return None
 
 

@@ -12,7 +12,7 @@ fields we mean are sent and nothing else:
   (examples/AgentPoolsCreate_SingleMIG.json): ``nvidia.migStrategy`` plus ``nvidia.migProfiles``,
   and *no* top-level ``gpuInstanceProfile``, which the spec declares mutually exclusive with
   ``migProfiles``. Those fields exist only in preview api-versions, so such a body is PUT with the
-  preview api-version (:func:`shared.kernel.ports.needs_preview`). Classic MIG (a profile without a managed
+  preview api-version (:func:`shared.kernel.definitions.api_version_for`). Classic MIG (a profile without a managed
   strategy, for driver-only pools) keeps the top-level ``gpuInstanceProfile`` of every api-version.
 
 The steward's tags on the pool (request id, requester) are how a later step recognises a pool it
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.kernel.ports import needs_preview
+from shared.kernel.definitions import api_version_for, unrepresentable
 from shared.pools.request import PoolRequest
 from shared.pools.rules import parse_taint
 
@@ -61,8 +61,9 @@ def steward_tags(req: PoolRequest) -> dict[str, str]:
     return tags
 
 
-def agent_pool_body(req: PoolRequest, *, created_at: float | None = None) -> tuple[dict[str, Any], bool]:
-    """The AgentPool PUT body ``{"properties": {...}}`` and whether it needs the preview api-version.
+def agent_pool_body(req: PoolRequest, *, created_at: float | None = None) -> tuple[dict[str, Any], str]:
+    """The AgentPool PUT body ``{"properties": {...}}`` and the api-version to send it on (the first whose
+    definition carries every property of it: the preview one for managed MIG).
 
     ``created_at`` (the time of the PUT) is written as the tag :data:`TAG_CREATED_AT`: later steps act on
     the pool only while ARM shows it young enough to belong to a request in flight (shared.pools.proof)."""
@@ -93,7 +94,10 @@ def agent_pool_body(req: PoolRequest, *, created_at: float | None = None) -> tup
     if req.spot_enabled and req.spot is not None:
         props.update(scaleSetPriority="Spot", scaleSetEvictionPolicy=req.spot.eviction_policy,
                      spotMaxPrice=req.spot.max_price)
-    return {"properties": props}, needs_preview(props)
+    version = api_version_for(props)
+    if version is None:  # a request's fields are all the app's own: a definitions file lost one
+        raise ValueError(f"no api-version carries {', '.join(unrepresentable(props))}")
+    return {"properties": props}, version
 
 
 def pool_taints(req: PoolRequest) -> list[tuple[str, str, str]]:

@@ -186,9 +186,9 @@ def step_accepted(record: Record, ctx: Context, *, now: float, policy: PoolReque
         return _adopt_or_refuse(record, now=now, req=req, existing=existing, deadline=create_deadline, puts=data.puts)
     if ctx.settings.paused:
         return stay(record, now=now, until=now + PAUSED_RETRY_S, waiting="STEWARD_PAUSED is set: no writes")
-    body, preview = pool_spec.agent_pool_body(req, created_at=now)
+    body, api_version = pool_spec.agent_pool_body(req, created_at=now)
     try:
-        aks.begin_put_pool(req.cluster, req.pool_name, body, preview=preview, create_only=True)
+        aks.begin_put_pool(req.cluster, req.pool_name, body, api_version=api_version, create_only=True)
     except FeatureNotRegistered as error:
         return fail(record, now=now, code="PreviewFeatureNotRegistered",
                     message=feature_registration_help(error, subscription=scope.subscription_of(req.cluster)),
@@ -203,8 +203,9 @@ def step_accepted(record: Record, ctx: Context, *, now: float, policy: PoolReque
         return fail(record, now=now, code="ClusterNotFound", message=str(error))
     except Conflict:  # ARM 409 (OperationInProgress...): another operation on the cluster or pool. Ask again later.
         return stay(record, now=now, until=now + policy.poll_interval_s, waiting="another operation is in progress")
-    return move(record, State.CREATING, now=now, note=f"AgentPool PUT accepted ({'preview' if preview else 'stable'} api)",
-                next_at=now + policy.poll_interval_s, preview=preview, puts=data.puts + 1, deadline=create_deadline,
+    return move(record, State.CREATING, now=now, note=f"AgentPool PUT accepted (api-version {api_version})",
+                next_at=now + policy.poll_interval_s, preview=api_version.endswith("-preview"), puts=data.puts + 1,
+                deadline=create_deadline,
                 nap=False)
 
 

@@ -88,7 +88,14 @@ def invalid(message: str, target: str) -> ArmError:
 
 
 def project(properties: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
-    """``properties`` as ``api`` sees them: GPU fields the version lacks are dropped."""
+    """``properties`` as ``api`` sees them: every property the version's AgentPool definition lacks is dropped,
+    at every depth (shared.kernel.definitions, derived from the SDK's models of that api-version). The
+    versions the app never speaks (2025-10-01, 2026-01-02-preview, 2026-07-01) have no derived definition
+    here: for them only the GPU fields their flags name are dropped (docs/fidelity.md)."""
+    from shared.kernel import definitions
+
+    if api.name in definitions.API_VERSIONS:
+        return definitions.definitions(api.name).keep_known(copy.deepcopy(properties))
     props = copy.deepcopy(properties)
     gp = props.get("gpuProfile")
     if isinstance(gp, dict):

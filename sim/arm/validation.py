@@ -45,7 +45,12 @@ def _get(d: dict[str, Any] | None, *keys: str) -> Any:
     return cur
 
 
-# Fields AKS refuses to change after creation (vmSize is checked separately for its own message).
+# Fields AKS refuses to change after creation (vmSize is checked separately for its own message). The GPU
+# fields are not marked immutable in the REST definitions (no x-ms-mutability, no @visibility), but the
+# service refuses the change: "(PropertyChangeNotAllowed) Changing property
+# 'properties.gpuProfile.nvidia.managementMode' is not allowed." (Azure/azure-cli-extensions#10343), and
+# learn.microsoft.com/azure/aks/aks-managed-gpu-nodes: "managementMode, migStrategy, and driver are all fixed
+# at creation time" (docs/migration.md, "Managed GPU mode in place").
 _IMMUTABLE: tuple[tuple[str, ...], ...] = (
     ("gpuProfile", "driver"),
     ("gpuProfile", "nvidia", "managementMode"),

@@ -24,8 +24,9 @@ from typing import Any
 import msgspec
 
 from shared.fleet import gpu_sizes
+from shared.kernel import definitions
 from shared.kernel.clock import ManualClock
-from shared.kernel.errors import Conflict, Invalid, NotFound, QuotaExceeded
+from shared.kernel.errors import Conflict, Invalid, NotFound, QuotaExceeded, Unwritable
 from shared.kernel.ports import ClusterInfo, MachineInfo, PoolInfo
 from tests.fakes.faults import Faults
 from tests.fakes.kube import FakeKube
@@ -43,7 +44,7 @@ class Put:
     cluster: str
     pool: str
     body: Mapping[str, Any]
-    preview: bool
+    preview: bool  # sent on the preview api-version
     etag: str | None = None
     create_only: bool = False
 
@@ -212,9 +213,15 @@ class FakeAks:
         if current is None or str(current).strip('"') != str(etag).strip('"'):
             raise Conflict(f"412 PreconditionFailed: pool {pool} has eTag {current}, not {etag}")
 
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False,
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, api_version: str | None = None,
                        etag: str | None = None, create_only: bool = False) -> None:
-        self.puts.append(Put(cluster_id, pool, copy.deepcopy(dict(body)), preview, etag, create_only))
+        # The api-version as shared.adapters.aks.AksClient picks it: the first that carries the whole body.
+        version = api_version or definitions.api_version_for(body["properties"])
+        if version is None:
+            lost = definitions.unrepresentable(body["properties"])
+            raise Unwritable(f"no api-version carries {', '.join(lost)}", fields=lost)
+        self.puts.append(Put(cluster_id, pool, copy.deepcopy(dict(body)), version == definitions.PREVIEW_API_VERSION,
+                             etag, create_only))
         self.faults.check("begin_put_pool")
         self._observe()
         self._cluster(cluster_id)

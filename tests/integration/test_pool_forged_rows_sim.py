@@ -81,8 +81,8 @@ def _request(cluster: str, pool: str, **fields: Any) -> PoolRequest:
 @pytest.fixture(scope="module")
 def old_pool(access: Any, cluster: str, clock: ManualClock) -> str:
     """A pool the steward made for request req-1 of vision five hours ago (its request long finished)."""
-    body, preview = pool_spec.agent_pool_body(_request(cluster, "victim"), created_at=clock.now() - OLD_S)
-    access.aks().begin_put_pool(cluster, "victim", body, preview=preview, create_only=True)
+    body, api_version = pool_spec.agent_pool_body(_request(cluster, "victim"), created_at=clock.now() - OLD_S)
+    access.aks().begin_put_pool(cluster, "victim", body, api_version=api_version, create_only=True)
     return "victim"
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from shared.kernel.definitions import PREVIEW_API_VERSION, STABLE_API_VERSION
 from shared.pools.policy import PoolRequestPolicy
 from shared.pools.request import PoolRequest
 from shared.pools.spec import (
@@ -53,9 +54,9 @@ def req(**overrides: Any) -> PoolRequest:
 ])
 def test_each_install_profile_becomes_an_explicit_gpu_profile(overrides: dict[str, Any], gpu_profile: dict[str, Any],
                                                               preview: bool) -> None:
-    body, needs_preview = agent_pool_body(req(**overrides))
+    body, api_version = agent_pool_body(req(**overrides))
     assert body["properties"]["gpuProfile"] == gpu_profile
-    assert needs_preview is preview
+    assert api_version == (PREVIEW_API_VERSION if preview else STABLE_API_VERSION)
 
 
 @pytest.mark.parametrize(("mig", "profile"), [
@@ -71,8 +72,8 @@ def test_managed_mig_sends_mig_profiles_and_never_the_exclusive_gpu_instance_pro
 
 
 def test_classic_mig_keeps_the_top_level_gpu_instance_profile() -> None:
-    body, preview = agent_pool_body(req(vmSize=A100, installProfile="driverOnly", mig={"profile": "MIG2g"}))
-    assert body["properties"]["gpuInstanceProfile"] == "MIG2g" and preview is False
+    body, api_version = agent_pool_body(req(vmSize=A100, installProfile="driverOnly", mig={"profile": "MIG2g"}))
+    assert body["properties"]["gpuInstanceProfile"] == "MIG2g" and api_version == STABLE_API_VERSION
 
 
 def test_the_minimal_request_is_the_seeds_az_aks_nodepool_add() -> None:

@@ -4,7 +4,7 @@ A pool PUT is create-or-replace: a field left out is reset (Azure/azure-resource
 v1.0/version-change.md, the GET-PUT pipeline). So the surge of a remediation (shared.remediation.replace
 ``pool_body``) and the freeze of an old pool during a migration (shared.fleet.pool_clone.frozen_old_pool)
 send back every field of the pool as read, known to this app or not, minus only what ARM owns; a
-body that carries a preview-only field is sent on the preview api-version (shared.pools.spec.needs_preview).
+body is sent on the first api-version that carries every property of it (shared.kernel.definitions.api_version_for).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from shared.fleet.pool_clone import NOT_WRITTEN_BACK, frozen_old_pool, update_properties
-from shared.kernel.ports import PoolInfo, needs_preview
+from shared.kernel.definitions import PREVIEW_API_VERSION, STABLE_API_VERSION, api_version_for
+from shared.kernel.ports import PoolInfo
 from shared.remediation.replace import pool_body as _pool_body
 
 CID = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"
@@ -78,6 +79,24 @@ def test_what_arm_owns_is_never_written_back(field: str) -> None:
 
 
 def test_a_mig_pools_body_needs_the_preview_api_version_and_a_plain_one_does_not() -> None:
-    assert needs_preview(_pool_body(pool(), 4)["properties"])
-    plain = pool(gpuProfile={"driver": "Install", "nvidia": {"managementMode": "Managed"}})
-    assert not needs_preview(_pool_body(plain, 4)["properties"])
+    assert api_version_for(_pool_body(pool(), 4)["properties"]) == PREVIEW_API_VERSION
+    plain = {k: v for k, v in read_pool().items() if k not in ("nodeInitializationTaints",)}
+    plain["gpuProfile"] = {"driver": "Install", "nvidia": {"managementMode": "Managed"}}
+    body = _pool_body(PoolInfo(cluster_id=CID, name="gpu", properties=plain), 4)["properties"]
+    assert api_version_for(body) == STABLE_API_VERSION
+
+
+@pytest.mark.parametrize("kubelet", [
+    {"kubeReserved": {"cpuMillicores": 200, "memoryMB": 1024}},
+    {"hardEvictionThreshold": {"memoryAvailable": "500Mi"}},
+    {"softEvictionThreshold": {"memoryAvailable": "1Gi"}, "softEvictionGracePeriod": {"memoryAvailable": "1m30s"}},
+    {"evictionMaxPodGracePeriodInSeconds": 60},
+    {"seccompDefault": "RuntimeDefault"},
+], ids=["kubeReserved", "hardEvictionThreshold", "softEviction", "evictionMaxPodGracePeriod", "seccompDefault"])
+def test_a_pool_with_a_preview_kubelet_setting_is_written_back_on_the_preview_api_version(kubelet: dict) -> None:
+    plain = {k: v for k, v in read_pool().items() if k not in ("nodeInitializationTaints",)}
+    plain["gpuProfile"] = {"driver": "Install"}
+    plain["kubeletConfig"] = {"cpuManagerPolicy": "static", **kubelet}
+    body = _pool_body(PoolInfo(cluster_id=CID, name="gpu", properties=plain), 4)["properties"]
+    assert body["kubeletConfig"] == plain["kubeletConfig"]
+    assert api_version_for(body) == PREVIEW_API_VERSION

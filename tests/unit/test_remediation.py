@@ -442,13 +442,13 @@ def test_a_busy_pool_makes_the_surge_wait_instead_of_falling_back(monkeypatch: p
     real_put = fleet.aks.begin_put_pool
     busy = {"left": 3}
 
-    def put(cluster_id: str, pool: str, body: dict, *, preview: bool = False, etag: str | None = None) -> None:
+    def put(cluster_id: str, pool: str, body: dict, *, api_version: str | None = None, etag: str | None = None) -> None:
         if busy["left"]:
             busy["left"] -= 1
             # what shared.adapters.arm.map_arm_error makes of AKS's 409 OperationNotAllowed
             raise OperationInProgress("Operation is not allowed: Another operation (Upgrading) is in progress "
                                       "on agent pool 'gpu'")
-        real_put(cluster_id, pool, body, preview=preview, etag=etag)
+        real_put(cluster_id, pool, body, api_version=api_version, etag=etag)
 
     monkeypatch.setattr(fleet.aks, "begin_put_pool", put)
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))

@@ -82,7 +82,7 @@ class FakeAks:
     def get_pool(self, cluster_id: str, pool: str) -> PoolInfo | None:
         raise AssertionError("discovery does not read pools")
 
-    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, preview: bool = False) -> None:
+    def begin_put_pool(self, cluster_id: str, pool: str, body: Mapping[str, Any], *, api_version: str | None = None) -> None:
         raise AssertionError("discovery never writes")
 
     def begin_delete_pool(self, cluster_id: str, pool: str, *, ignore_pdb: bool = False) -> None:
