@@ -90,6 +90,7 @@ DEFAULT_TIMINGS: dict[str, float] = {
     "pool_create_s": 60.0,
     "pool_delete_s": 45.0,
     "pool_scale_s": 30.0,
+    "pool_update_s": 30.0,  # an update that changes no count (sim/arm/pools.py)
     "delete_machines_s": 30.0,
     "node_ready_s": 20.0,
     "restart_s": 30.0,

@@ -223,8 +223,17 @@ _POOL_SIM_KEYS = {"name", "npd", "device_plugin"}
 
 
 def pool_properties(spec: dict[str, Any], cluster: Cluster) -> dict[str, Any]:
-    """ARM properties of a pool as ARM returns them, from the scenario's camelCase subset."""
+    """ARM properties of a pool as ARM returns them, from the scenario's camelCase subset.
+
+    A property the newest api-version's AgentPool definition does not have (shared.kernel.definitions) is a
+    mistake in the scenario: ARM could never show it."""
+    from shared.kernel import definitions
+
     props = {k: copy.deepcopy(v) for k, v in spec.items() if k not in _POOL_SIM_KEYS}
+    unknown = definitions.definitions(definitions.PREVIEW_API_VERSION).unknown(props)
+    if unknown:
+        raise ScenarioError(f"pool {spec.get('name')!r}: {', '.join(unknown)} is not an AgentPool property "
+                            f"(api-version {definitions.PREVIEW_API_VERSION})")
     props.setdefault("count", 1)
     props.setdefault("vmSize", "Standard_D4s_v5")
     props.setdefault("osType", "Linux")

@@ -300,7 +300,8 @@ MIGRATED = [  # (cluster, pool, what it shows)
     ("ml-east", "t4", "T4, Ubuntu, two zones, taint, labels, tags, autoscaler on"),
     ("ml-east", "a100", "A100, Ubuntu, spot, autoscaler off"),
     ("ml-azl", "h100", "H100, Azure Linux, three zones, taint, autoscaler on"),
-    ("ml-azl", "t4al", "T4, Azure Linux, no taint"),
+    ("ml-azl", "t4al", "T4, Azure Linux, no taint; kubelet reserved resources, eviction thresholds, seccomp, "
+                       "initialisation taints, a prepared image: settings only the preview api-version carries"),
     ("ml-quota", "a100q", "A100 where quota holds one extra node: rolling"),
     ("ml-other", "gput4", "T4 in a second subscription, StatefulSet"),
 ]

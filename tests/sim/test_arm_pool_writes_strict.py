@@ -242,6 +242,49 @@ def test_the_full_body_read_on_the_preview_api_round_trips_unchanged(arm: Arm) -
     assert after["gpuProfile"] == SINGLE_MIG_EXAMPLE["gpuProfile"]
 
 
+# --------------------------------------------------------------------------- issue 21: each version sees its definition
+
+PREVIEW_ONLY_SETTINGS = {
+    "kubeletConfig": {"cpuManagerPolicy": "static", "kubeReserved": {"cpuMillicores": 250, "memoryMB": 1536},
+                      "hardEvictionThreshold": {"memoryAvailable": "500Mi"}, "seccompDefault": "RuntimeDefault"},
+    "nodeInitializationTaints": ["boot=wait:NoSchedule"],
+    "upgradeSettings": {"maxSurge": "10%", "maxBlockedNodes": "1"},
+}
+
+
+def test_a_pool_shows_on_each_api_version_only_what_its_definition_has(arm: Arm) -> None:
+    from shared.kernel import definitions
+
+    arm.created("tuned", {"vmSize": T4, "count": 1, **PREVIEW_ONLY_SETTINGS}, api_version=PREVIEW)
+    for version in definitions.API_VERSIONS:
+        view = arm.props("tuned", api_version=version)
+        assert definitions.definitions(version).problems(view, request=False) == [], version
+    stable = arm.props("tuned", api_version="2026-08-01")
+    assert stable["kubeletConfig"] == {"cpuManagerPolicy": "static"} and "nodeInitializationTaints" not in stable
+    assert stable["upgradeSettings"] == {"maxSurge": "10%"}
+    preview = arm.props("tuned")
+    assert preview["kubeletConfig"] == PREVIEW_ONLY_SETTINGS["kubeletConfig"]
+    assert preview["nodeInitializationTaints"] == PREVIEW_ONLY_SETTINGS["nodeInitializationTaints"]
+
+
+def test_a_property_the_request_version_lacks_is_ignored_on_create(arm: Arm) -> None:
+    arm.created("ignored", {"vmSize": T4, "count": 1, **PREVIEW_ONLY_SETTINGS})  # sent on the stable api-version
+    preview = arm.props("ignored")
+    assert preview["kubeletConfig"] == {"cpuManagerPolicy": "static"} and "nodeInitializationTaints" not in preview
+
+
+def test_a_put_on_a_version_that_lacks_a_setting_resets_it(arm: Arm) -> None:
+    """microsoft/api-guidelines azure/Guidelines.md, rest-put-for-create-or-replace: "If a v1 client PUTs a
+    resource; any fields introduced in V2+ should be reset to their default values (the equivalent to DELETE
+    followed by PUT)". The GPU fields AKS refuses to change are the exception (kept: the test above)."""
+    arm.created("reset", {"vmSize": T4, "count": 1, **PREVIEW_ONLY_SETTINGS}, api_version=PREVIEW)
+    stable_view = arm.props("reset", api_version="2026-08-01")
+    assert arm.put("reset", dict(writable(stable_view), count=2)).status == 200
+    arm.fleet.advance(120)
+    after = arm.props("reset")
+    assert after["kubeletConfig"] == {"cpuManagerPolicy": "static"} and "nodeInitializationTaints" not in after
+
+
 # --------------------------------------------------------------------------- ARM 7: quota at deployment time
 
 

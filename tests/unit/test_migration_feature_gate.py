@@ -26,3 +26,21 @@ def test_a_replacement_refused_for_an_unregistered_preview_feature_blocks_with_h
     assert world.pool("gpu") is not None and world.pool(str(record.data["replacement"])) is None
     blocked = [e for e in world.events.published if e["type"].endswith("Migration.Blocked")]
     assert blocked and "az feature register" in str(blocked[-1]["data"])
+
+
+def test_a_migration_whose_pool_gains_a_property_the_clone_cannot_carry_blocks_before_any_write() -> None:
+    """Issue 21: the migration started, then the old pool got a setting no api-version the app speaks has (set
+    through a newer one): the next step re-reads the pool, refuses it naming the property, and writes nothing
+    more."""
+    from shared.migration.records import KIND
+
+    world = World(policy=MigrationPolicy(enabled=True, strategy="surge"))
+    run_planner(world.ctx())
+    (planned,) = world.ledger.list(KIND)
+    world.fleet.aks.pool_props(world.cid, "gpu")["kubeletConfig"] = {"aThresholdOfTomorrow": "1Gi"}
+    writes_before = len(world.fleet.aks.writes)
+    record = world.drive()
+    assert record.id == planned.id and record.state == "blocked"
+    assert "kubeletConfig.aThresholdOfTomorrow" in str(record.data.get("reason"))
+    assert world.fleet.aks.writes[writes_before:] == []  # neither pool written after the change
+    assert world.pool("gpu") is not None

@@ -141,3 +141,29 @@ def test_pools_are_ordered_by_cluster_then_pool_name() -> None:
                                                                                      properties=pool("q").properties)]},
                   migrations=[], maintenance_by_cluster={}, policy=MigrationPolicy(max_concurrent=10), now=NOW)
     assert [(i.cluster_name, i.pool, i.order) for i in result.items] == [("a0", "q", 1), ("c1", "b", 2), ("c1", "z", 3)]
+
+
+# --------------------------------------------------------------------------- issue 21: nothing is lost unsaid
+
+TOMORROW = {
+    "a property no api-version the app speaks has": (pool("tomorrow", somethingNew={"enabled": True}), "somethingNew"),
+    "a nested property no api-version has": (
+        pool("nested", kubeletConfig={"cpuManagerPolicy": "static", "aNewThreshold": "1Gi"}), "kubeletConfig.aNewThreshold"),
+}
+
+
+@pytest.mark.parametrize(("candidate", "field"), TOMORROW.values(), ids=TOMORROW.keys())
+def test_a_pool_carrying_what_the_clone_cannot_carry_is_skipped_naming_it(candidate: PoolInfo, field: str) -> None:
+    result = make_plan([candidate], policy=MigrationPolicy(enabled=True, max_concurrent=10))
+    assert result.items == ()
+    (skip,) = result.skipped
+    assert skip.code == "unwritable" and field in skip.reason and "nothing is written" in skip.reason
+    assert "unwritable" in render_table(result) and field in render_table(result)
+
+
+def test_a_pool_with_preview_only_settings_is_planned_and_its_body_keeps_them() -> None:
+    kubelet = {"cpuManagerPolicy": "static", "kubeReserved": {"cpuMillicores": 100}, "seccompDefault": "RuntimeDefault"}
+    result = make_plan([pool("tuned", kubeletConfig=kubelet, nodeInitializationTaints=["boot=wait:NoSchedule"])],
+                       policy=MigrationPolicy(enabled=True, max_concurrent=10))
+    (item,) = result.items
+    assert item.body["kubeletConfig"] == kubelet and item.body["nodeInitializationTaints"] == ["boot=wait:NoSchedule"]

@@ -148,6 +148,8 @@ def _default_api_version(config: Any) -> str:
 
     source = inspect.getsource(config)
     marker = 'kwargs.pop("api_version", "'
+    if marker not in source:
+        return ""  # an SDK of several api-versions (azure-mgmt-compute): each operation sends its own
     start = source.index(marker) + len(marker)
     return source[start: source.index('"', start)]
 
