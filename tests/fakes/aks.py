@@ -34,7 +34,6 @@ from tests.fakes.kube import FakeKube
 SERVER_FIELDS = ("provisioningState", "nodeImageVersion", "currentOrchestratorVersion", "eTag", "status")
 """AgentPool properties ARM computes (read-only in the spec): a PUT does not send them, and ARM keeps its own."""
 IMMUTABLE = ("gpuProfile", "vmSize")
-PREVIEW_FIELDS = ("migStrategy", "migProfiles")
 
 
 @dataclass
@@ -85,7 +84,7 @@ class FakeAks:
         self.quota_vcpus: dict[str, int] = {}  # cluster id -> vCPU limit of GPU sizes (absent = unlimited)
         self.not_machines: set[str] = set()  # nodes no VM backs (forged Node objects)
         self.machine_ids: dict[str, str] = {}  # node -> its VM's id, when not the pool's VMSS VM of that name
-        self.stable_reads = False  # like ARM on a stable api-version: preview fields (migStrategy) not shown
+        self.stable_reads = False  # like ARM on the stable api-version: preview-only properties not shown
         self.puts: list[Put] = []
         self.deletes: list[tuple[str, str]] = []
         self.writes: list[ArmWrite] = []
@@ -188,10 +187,8 @@ class FakeAks:
 
     def _info(self, cluster_id: str, pool: str, props: Mapping[str, Any]) -> PoolInfo:
         shown = copy.deepcopy(dict(props))
-        if self.stable_reads:
-            nvidia = (shown.get("gpuProfile") or {}).get("nvidia") or {}
-            for field in PREVIEW_FIELDS:
-                nvidia.pop(field, None)
+        if self.stable_reads:  # what the stable api-version's definition has, at every depth
+            shown = definitions.definitions(definitions.STABLE_API_VERSION).keep_known(shown)
         return PoolInfo(cluster_id=cluster_id, name=pool, properties=shown)
 
     def list_pools(self, cluster_id: str) -> list[PoolInfo]:
@@ -222,6 +219,10 @@ class FakeAks:
             raise Unwritable(f"no api-version carries {', '.join(lost)}", fields=lost)
         self.puts.append(Put(cluster_id, pool, copy.deepcopy(dict(body)), version == definitions.PREVIEW_API_VERSION,
                              etag, create_only))
+        # Every body the app sends is valid for the definition of the api-version it goes on (issue 21).
+        problems = definitions.definitions(version).problems(dict(body) if "properties" in body else
+                                                              {"properties": dict(body)}, "AgentPool")
+        assert not problems, f"PUT {pool} on {version}: {problems}"
         self.faults.check("begin_put_pool")
         self._observe()
         self._cluster(cluster_id)
