@@ -1,7 +1,9 @@
 """The fleetctl command line: argument parsing and one function per command.
 
-Every command has ``--help``; every listing has ``--json`` for scripts. Settings come from the
-environment, or from a local.settings.json given with ``--settings`` (the environment wins).
+Every command has ``--help``; every listing has ``-o table|wide|json|yaml`` (``--json`` is ``-o json``).
+Settings come from the environment, or from a local.settings.json given with ``--settings`` (the
+environment wins). Every error a user can cause or meet is one line on stderr, and the exit code says
+what kind it was (:data:`EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,39 @@ from fleetctl import config, records, render
 from fleetctl.config import ConfigError, Storage
 from fleetctl.fleet import FleetUnavailable
 
+OK, FAILED, USAGE, NOT_FOUND = 0, 1, 2, 3
+EXIT_CODES = {OK: "done (also when there was nothing to do; the output says so)",
+              FAILED: "failed: storage, ARM or a cluster could not be reached or refused",
+              USAGE: "usage or invalid input: a bad option or setting, a missing file, a request the app would reject",
+              NOT_FOUND: "not found: the record asked for does not exist"}
+
+
+class CliError(Exception):
+    """One line for the user, and the exit code."""
+
+    def __init__(self, message: str, code: int = FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
 EPILOG = ("settings: for submit TeamRequestsStorage (or TeamRequestsStorage__queueServiceUri) and "
           "POOL_REQUEST_TEAMS/POOL_REQUEST_TEAM; otherwise AzureWebJobsStorage (or "
           "AzureWebJobsStorage__queueServiceUri/__tableServiceUri), LEDGER_TABLE, and for status/plan "
           "the app's fleet settings "
-          "(FLEET_SUBSCRIPTIONS, ARM_ENDPOINT, ...); from the environment or --settings local.settings.json.")
+          "(FLEET_SUBSCRIPTIONS, ARM_ENDPOINT, ...); from the environment or --settings local.settings.json. "
+          "Exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + ".")
+
+
+def _output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=render.FORMATS, default="table",
+                   help="table (default), wide (nothing cut), json or yaml (every field, RFC 3339 times)")
+    p.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+
+
+def _states(kind: str) -> list[str]:
+    from shared.pools.records import State as PoolState
+    from shared.remediation.records import State as RemediationState
+
+    return sorted(s.value for s in (PoolState if kind == records.POOL_REQUEST else RemediationState))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,28 +71,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--team", help="your team: sends to its queue (POOL_REQUEST_TEAMS; default POOL_REQUEST_TEAM, "
                                   "or the only team configured)")
     p.add_argument("--queue", help="queue to send to, instead of the team's")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--dry-run", action="store_true",
+                   help="judge the request with the app's own rules and your team's limits, and send nothing "
+                        "(exit 2 if the app would reject it)")
+    p.add_argument("--resend", action="store_true",
+                   help="send it although the ledger already has this request id (a retry of the same request)")
+    _output(p)
 
     p = sub.add_parser("requests", help="list pool requests and their outcomes from the ledger",
                        description="Pool requests as the app recorded them: state, target, and the outcome "
                                    "(the reasons of a rejection, the error of a failure).")
-    p.add_argument("--state", action="append", help="only requests in this state (repeatable): accepted, creating, "
-                                                     "validating, testing, succeeded, rejected, failed")
+    p.add_argument("--state", action="append", choices=_states(records.POOL_REQUEST), metavar="STATE",
+                   help="only requests in this state (repeatable): " + ", ".join(_states(records.POOL_REQUEST)))
     p.add_argument("--id", help="show one request in full, with its history")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _output(p)
 
     p = sub.add_parser("status", help="fleet status: clusters, GPU pools, nodes, remediations, breaker, migrations",
                        description="The fleet as the steward sees it: clusters in scope and their GPU pools "
                                    "(managed or not, nodes Ready and cordoned) from ARM and Kubernetes, plus the "
                                    "ledger: requests, remediations in flight, the breaker and migrations.")
     p.add_argument("--ledger-only", action="store_true", help="do not call ARM or the clusters")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _output(p)
 
     p = sub.add_parser("remediations", help="list GPU node remediations from the ledger",
                        description="Remediations of unhealthy GPU nodes: node, condition, state and last step.")
-    p.add_argument("--state", action="append", help="only remediations in this state (repeatable)")
+    p.add_argument("--state", action="append", choices=_states(records.REMEDIATION), metavar="STATE",
+                   help="only remediations in this state (repeatable): " + ", ".join(_states(records.REMEDIATION)))
     p.add_argument("--active", action="store_true", help="only remediations still in flight")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _output(p)
 
     p = sub.add_parser("breaker", help="show the fleet circuit breaker, or reset it",
                        description="The breaker stops all remediation when too many GPU nodes fail at once. It "
@@ -73,38 +109,152 @@ def _parser() -> argparse.ArgumentParser:
                                                          "applies at its next reconcile")
     p.add_argument("--by", help="who resets it (recorded in the ledger and the Reset event)")
     p.add_argument("--reason", help="why (recorded with the command and in the Reset event)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _output(p)
 
     p = sub.add_parser("plan", help="show the migration plan for unmanaged GPU pools (changes nothing)",
                        description="Discover unmanaged GPU pools in scope and show how the steward would migrate "
                                    "them to managed pools: order, replacement, strategy, batch, and what is "
                                    "skipped and why. Read-only.")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _output(p)
     return parser
 
 
 # --------------------------------------------------------------------------- commands
 
 
+class _Ledger:
+    """The app's ledger as fleetctl reaches it: a failure is one line naming the table, its endpoint and the
+    setting it came from (never a traceback, never a 22-second wait: one try, 5 s to connect)."""
+
+    def __init__(self, settings: dict[str, str]) -> None:
+        self.storage = Storage.from_settings(settings)
+        self.table = config.ledger_table(settings)
+        self._inner = records.open_ledger(self.storage, self.table)
+
+    def where(self) -> str:
+        client = getattr(self._inner, "_table", None)
+        url = str(getattr(client, "url", "") or self.storage.table_uri or "").split("?", 1)[0]
+        return f"ledger table {self.table} at {url or 'the table service'} (setting {self.storage.setting})"
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from shared.kernel.errors import Forbidden, NotFound, StewardError
+
+            try:
+                return method(*args, **kwargs)
+            except NotFound:
+                if name == "list":  # no table yet: nothing recorded (a read-only tool never creates it)
+                    return []
+                raise
+            except Forbidden as error:
+                raise CliError(f"not allowed to read the {self.where()}: {error}") from None
+            except StewardError as error:
+                raise CliError(f"cannot reach the {self.where()}: {error}") from None
+
+        return call
+
+
 def _ledger(settings: dict[str, str]) -> Any:
-    return records.open_ledger(Storage.from_settings(settings), config.ledger_table(settings))
+    return _Ledger(settings)
+
+
+def _read_request(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"no such file: {path}", USAGE) from None
+    except IsADirectoryError:
+        raise CliError(f"{path} is a directory, not a request file", USAGE) from None
+
+
+def _already_submitted(settings: dict[str, str], team: str | None, request_id: str) -> tuple[Any, str]:
+    """(the ledger's record of this team's request id or None, why it was not checked)."""
+    from shared.pools.records import record_id
+
+    if not request_id or not (settings.get(config.STORAGE) or settings.get(f"{config.STORAGE}__tableServiceUri")
+                              or settings.get(f"{config.STORAGE}__accountName")):
+        return None, "no ledger settings here (AzureWebJobsStorage)"
+    try:
+        ledger = _ledger(settings)
+        return records.get_record(ledger, records.POOL_REQUEST, record_id(team, request_id)), ""
+    except (CliError, ConfigError) as error:
+        return None, str(error)
+
+
+def _judge(text: str, choice: config.TeamChoice) -> Any:
+    """The app's own verdict (shared.pools.intake.judge: the seed's rules, the scope, the team's limits)."""
+    from fleetctl.fleet import build_context
+    from shared.pools.intake import judge
+
+    return judge(text, ctx=build_context(), team=choice.team)  # type: ignore[arg-type]
+
+
+def _verdict_text(verdict: Any) -> str:
+    from shared.pools.validation import Rejection
+
+    if isinstance(verdict, Rejection):
+        lines = [f"the app would reject this request ({len(verdict.problems)} problem"
+                 f"{'' if len(verdict.problems) == 1 else 's'}):"]
+        lines += [f"  {p.field}: {p.problem}" + (f" (fix: {p.fix})" if p.fix else "") for p in verdict.problems]
+        return "\n".join(lines)
+    req = verdict.request
+    return (f"the app would accept this request: {req.request_id}, {req.node_count if req.autoscale is None else ''}"
+            f"{'' if req.autoscale is None else f'{req.autoscale.min}-{req.autoscale.max}'} x {req.vm_size} as pool "
+            f"{req.pool_name} in {req.cluster.rsplit('/', 1)[-1]} (nothing was sent)")
 
 
 def cmd_submit(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
-    from fleetctl.submit import submit
+    from fleetctl.submit import prepare, submit
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    queue = args.queue or config.pool_request_queue(settings, args.team)
-    result = submit(text, storage=Storage.team_requests(settings), queue=queue, request_id=args.request_id,
-                    raw=args.raw)
-    if args.json:
-        print(render.as_json({"request_id": result.request_id, "message_id": result.message_id,
-                              "queue": result.queue, "generated_id": result.generated_id}), file=out)
+    text = _read_request(args.file)
+    if args.queue:
+        choice = config.TeamChoice(args.team, args.queue)
     else:
-        if result.generated_id:
+        choice = config.pool_request_team(settings, args.team)
+    message, request_id, generated = prepare(text, request_id=args.request_id, raw=args.raw)
+    existing, unchecked = _already_submitted(settings, choice.name, request_id)
+    if existing is not None and not args.resend:
+        raise CliError(f"request id {request_id} is already in the ledger ({existing.state} since "
+                       f"{render.when(existing.updated_at)}): a new request needs a new requestId; to retry that same "
+                       "request unchanged, add --resend", USAGE)
+    if args.dry_run:
+        from shared.pools.validation import Rejection
+
+        verdict = _judge(message, choice)
+        rejected = isinstance(verdict, Rejection)
+        view = {"request_id": request_id, "would_accept": not rejected, "queue": choice.queue,
+                "problems": [{"field": p.field, "problem": p.problem, "fix": p.fix} for p in verdict.problems]
+                if rejected else [], "duplicate_check": unchecked or "checked"}
+        print(render.output(view, args.output, lambda wide: _verdict_text(verdict)), file=out)
+        return USAGE if rejected else OK
+    if unchecked and not args.raw:
+        print(f"(request id not checked for duplicates: {unchecked})", file=sys.stderr)
+    result = submit(text if args.raw else message, storage=Storage.team_requests(settings), queue=choice.queue,
+                    request_id=request_id, raw=args.raw)
+    view = {"request_id": result.request_id, "message_id": result.message_id, "queue": result.queue,
+            "generated_id": generated or result.generated_id, "resent": existing is not None}
+    if args.output in ("json", "yaml"):
+        print(render.output(view, args.output, lambda wide: ""), file=out)
+    else:
+        if view["generated_id"]:
             print(f"(the request had no requestId; it was given {result.request_id})", file=sys.stderr)
         print(result.request_id or f"message {result.message_id}", file=out)
-    return 0
+    return OK
+
+
+def _request_text(record: Any, view: dict[str, Any]) -> str:
+    lines = [f"{key:>10}: {view.get(key) or '-'}" for key in ("id", "state", "requester", "cluster_id", "pool",
+                                                               "vm_size", "outcome")]
+    lines.append("   history:")
+    lines += [f"    {render.when(line.get('at'))}  {line.get('state', ''):<12} {line.get('note', '')}"
+              for line in record.history]
+    return "\n".join(lines)
 
 
 def cmd_requests(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
@@ -112,29 +262,27 @@ def cmd_requests(args: argparse.Namespace, settings: dict[str, str], out: TextIO
     if args.id:
         record = records.get_record(ledger, records.POOL_REQUEST, args.id)
         if record is None:
-            print(f"no pool request {args.id!r} in the ledger", file=sys.stderr)
-            return 1
+            matches = records.pool_request_matches(ledger, args.id)
+            if len(matches) > 1:
+                raise CliError(f"several teams used request id {args.id!r}: ask for one of "
+                               f"{', '.join(r.id for r in matches)}", USAGE)
+            raise CliError(f"no pool request {args.id!r} in the {ledger.where()}", NOT_FOUND)
         view = {**records.pool_request_view(record), "history": record.history, "data": record.data}
-        if args.json:
-            print(render.as_json(view), file=out)
-        else:
-            for key in ("id", "state", "requester", "cluster_id", "pool", "vm_size", "outcome"):
-                print(f"{key:>10}: {view.get(key) or '-'}", file=out)
-            print("   history:", file=out)
-            for line in record.history:
-                print(f"    {render.when(line.get('at'))}  {line.get('state', ''):<12} {line.get('note', '')}", file=out)
-        return 0
+        print(render.output(view, args.output, lambda wide: _request_text(record, view)), file=out)
+        return OK
     views = [records.pool_request_view(r) for r in records.list_records(ledger, records.POOL_REQUEST, states=args.state)]
-    if args.json:
-        print(render.as_json(views), file=out)
-        return 0
-    if not views:
-        print("no pool requests" + (f" in state {', '.join(args.state)}" if args.state else ""), file=out)
-        return 0
-    print(render.table(("REQUEST", "STATE", "REQUESTER", "CLUSTER", "POOL", "SIZE", "UPDATED", "OUTCOME"),
-                       [(v["id"], v["state"], v["requester"], v["cluster"], v["pool"], v["vm_size"],
-                         render.when(v["updated_at"]), render.short(v["outcome"], 70)) for v in views]), file=out)
-    return 0
+
+    def text(wide: bool) -> str:
+        if not views:
+            return "no pool requests" + (f" in state {', '.join(args.state)}" if args.state else "")
+        header = ("REQUEST", "STATE", "REQUESTER", "CLUSTER", "POOL", "SIZE", "UPDATED", "OUTCOME")
+        return render.table(header + (("CREATED",) if wide else ()),
+                            [(v["id"], v["state"], v["requester"], v["cluster"], v["pool"], v["vm_size"],
+                              render.when(v["updated_at"]), render.short(v["outcome"], 70, wide=wide))
+                             + ((render.when(v["created_at"]),) if wide else ()) for v in views])
+
+    print(render.output(views, args.output, text), file=out)
+    return OK
 
 
 def cmd_remediations(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
@@ -142,16 +290,18 @@ def cmd_remediations(args: argparse.Namespace, settings: dict[str, str], out: Te
              for r in records.list_records(_ledger(settings), records.REMEDIATION, states=args.state)]
     if args.active:
         views = [v for v in views if not v["terminal"]]
-    if args.json:
-        print(render.as_json(views), file=out)
-        return 0
-    if not views:
-        print("no remediations" + (" in flight" if args.active else ""), file=out)
-        return 0
-    print(render.table(("REMEDIATION", "STATE", "CLUSTER", "POOL", "NODE", "CONDITION", "UPDATED", "LAST STEP"),
-                       [(v["id"], v["state"], v["cluster"], v["pool"], v["node"], v["condition"],
-                         render.when(v["updated_at"]), render.short(v["note"], 60)) for v in views]), file=out)
-    return 0
+
+    def text(wide: bool) -> str:
+        if not views:
+            return "no remediations" + (" in flight" if args.active else "")
+        header = ("REMEDIATION", "STATE", "CLUSTER", "POOL", "NODE", "CONDITION", "UPDATED", "LAST STEP")
+        return render.table(header + (("ATTEMPTS", "LAST ERROR") if wide else ()),
+                            [(v["id"], v["state"], v["cluster"], v["pool"], v["node"], v["condition"],
+                              render.when(v["updated_at"]), render.short(v["note"], 60, wide=wide))
+                             + ((v["attempts"], v["last_error"]) if wide else ()) for v in views])
+
+    print(render.output(views, args.output, text), file=out)
+    return OK
 
 
 def _breaker_text(view: dict[str, Any]) -> str:
@@ -169,34 +319,34 @@ def _breaker_text(view: dict[str, Any]) -> str:
 
 def cmd_breaker(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
     """Show the breaker; ``--reset`` asks the app to reset it through a validated command record
-    (shared.remediation.commands): fleetctl never writes the breaker record itself."""
+    (shared.remediation.commands): fleetctl never writes the breaker record itself, and writes nothing
+    when the breaker is closed already."""
+    ledger = _ledger(settings)
+    view = records.breaker_view(records.get_record(ledger, records.BREAKER, "fleet"))
     if args.reset:
         if not args.by or not args.reason:
-            print("fleetctl breaker --reset needs --by NAME and --reason TEXT (who resets it, and why, are recorded)",
-                  file=sys.stderr)
-            return 2
+            raise CliError("fleetctl breaker --reset needs --by NAME and --reason TEXT (who resets it, and why, are "
+                           "recorded)", USAGE)
+        if view["state"] != "open":
+            print(f"the breaker is {view['state']}: nothing to reset, no command written", file=out)
+            return OK
         from shared.kernel import clock as clocks
         from shared.kernel.errors import Invalid
         from shared.remediation import commands
 
         try:
-            record = commands.request(_ledger(settings), command=commands.BREAKER_RESET, by=args.by,
+            record = commands.request(ledger, command=commands.BREAKER_RESET, by=args.by,
                                       reason=args.reason, now=clocks.current().now())
         except Invalid as error:
-            print(f"fleetctl breaker --reset: {error.reason}", file=sys.stderr)
-            return 2
+            raise CliError(f"fleetctl breaker --reset: {error.reason}", USAGE) from None
         _nudge(settings, f"command:{record.id}")
-        if args.json:
-            print(render.as_json(commands.view(record)), file=out)
-        else:
-            print(f"breaker reset asked by {args.by} (command {record.id}); the steward applies it at its next "
-                  "reconcile: see fleetctl breaker", file=out)
-        return 0
-    ledger = _ledger(settings)
-    view = records.breaker_view(records.get_record(ledger, records.BREAKER, "fleet"))
+        done = (f"breaker reset asked by {args.by} (command {record.id}); the steward applies it at its next "
+                "reconcile: see fleetctl breaker")
+        print(render.output(commands.view(record), args.output, lambda wide: done), file=out)
+        return OK
     view["commands"] = records.command_views(ledger)
-    print(render.as_json(view) if args.json else _breaker_text(view), file=out)
-    return 0
+    print(render.output(view, args.output, lambda wide: _breaker_text(view)), file=out)
+    return OK
 
 
 def _nudge(settings: dict[str, str], hint: str) -> None:
@@ -213,14 +363,30 @@ def _nudge(settings: dict[str, str], hint: str) -> None:
               file=sys.stderr)
 
 
+def _migration_off(ctx: Any) -> str:
+    """Why no migration will start, or "" when the job is on."""
+    policy = getattr(ctx.settings, "migration", None)
+    if policy is None or not getattr(policy, "enabled", False):
+        return ("migration is off (MIGRATION_ENABLED is not true): the timer plans and starts nothing; "
+                "this is what it would do")
+    return ""
+
+
 def cmd_plan(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
     from fleetctl.fleet import build_context, observe_plan
     from shared.migration import plan as migration_plan
 
-    plan = observe_plan(build_context())
-    print(render.as_json(migration_plan.to_json(plan)) if args.json else migration_plan.render_table(plan).rstrip(),
-          file=out)
-    return 0
+    ctx = build_context(ledger=_ledger(settings))
+    plan = observe_plan(ctx)
+    off = _migration_off(ctx)
+    data = {**migration_plan.to_json(plan), "migration_enabled": not off, "note": off}
+
+    def text(wide: bool) -> str:
+        table = migration_plan.render_table(plan).rstrip()
+        return f"{off}\n{table}" if off else table
+
+    print(render.output(data, args.output, text), file=out)
+    return OK
 
 
 def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any]:
@@ -242,7 +408,7 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         from fleetctl.fleet import build_context, fleet_view
 
         try:
-            data["clusters"] = fleet_view(build_context())
+            data["clusters"] = fleet_view(build_context(ledger=ledger))
         except FleetUnavailable as error:
             data["fleet_error"] = str(error)
     return data
@@ -319,8 +485,8 @@ def _migration_reasons(migrations: Sequence[dict[str, Any]]) -> list[str]:
 
 def cmd_status(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
     data = status_data(settings, ledger_only=args.ledger_only)
-    print(render.as_json(data) if args.json else _status_text(data), file=out)
-    return 0
+    print(render.output(data, args.output, lambda wide: _status_text(data)), file=out)
+    return OK
 
 
 COMMANDS = {"submit": cmd_submit, "requests": cmd_requests, "status": cmd_status, "remediations": cmd_remediations,
@@ -328,6 +494,9 @@ COMMANDS = {"submit": cmd_submit, "requests": cmd_requests, "status": cmd_status
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run one command; the exit code is one of :data:`EXIT_CODES` (argparse's own usage errors exit 2)."""
+    from shared.kernel.errors import StewardError
+
     args = _parser().parse_args(argv)
     stream = out or sys.stdout
     try:
@@ -337,6 +506,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             config.use_fleet_clock(args.endpoints)
         config.export(settings)
         return COMMANDS[args.command](args, settings, stream)
-    except (ConfigError, FleetUnavailable, OSError, ValueError) as error:
-        print(f"fleetctl {args.command}: {error}", file=sys.stderr)
-        return 2
+    except CliError as error:
+        code, message = error.code, str(error)
+    except (ConfigError, ValueError) as error:  # settings, or a request file that is not a request
+        code, message = USAGE, str(error)
+    except FleetUnavailable as error:
+        code, message = FAILED, str(error)
+    except StewardError as error:  # ARM or a cluster answered with an error the adapters named
+        code, message = FAILED, f"{type(error).__name__}: {error}"
+    except OSError as error:
+        code, message = FAILED, f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
+    print(f"fleetctl {args.command}: {' '.join(message.split())}", file=sys.stderr)
+    return code

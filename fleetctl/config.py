@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_POOL_REQUEST_QUEUE = "gpu-pool-requests"
 DEFAULT_LEDGER_TABLE = "stewardledger"
@@ -22,6 +23,10 @@ TEAM_STORAGE = "TeamRequestsStorage"
 
 class ConfigError(ValueError):
     """Settings fleetctl needs are missing or unreadable; the message says which."""
+
+
+# An operator's tool answers within seconds: one try, a short connect timeout (storage.TRANSPORT_OPTIONS is the app's).
+CLIENT_OPTIONS: dict[str, Any] = {"retry_total": 0, "connection_timeout": 5, "read_timeout": 10}
 
 
 def load(path: str | Path | None, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -90,6 +95,7 @@ class Storage:
     queue_uri: str = ""
     table_uri: str = ""
     client_id: str = ""
+    origin: str = ""  # the setting it came from (AzureWebJobsStorage, TeamRequestsStorage)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> Storage:
@@ -105,7 +111,7 @@ class Storage:
             raise ConfigError(f"set {STORAGE} (a connection string) or {STORAGE}__queueServiceUri and "
                               f"{STORAGE}__tableServiceUri, in the environment or with --settings local.settings.json")
         return cls(connection_string=connection, queue_uri=queue_uri, table_uri=table_uri,
-                   client_id=settings.get(f"{STORAGE}__clientId", "").strip())
+                   client_id=settings.get(f"{STORAGE}__clientId", "").strip(), origin=STORAGE)
 
     @classmethod
     def team_requests(cls, settings: Mapping[str, str]) -> Storage:
@@ -117,16 +123,22 @@ class Storage:
                               f"https://<account>.queue.core.windows.net; azd output TEAM_REQUESTS_QUEUE_ENDPOINT) "
                               f"or {TEAM_STORAGE} (a connection string, locally)")
         return cls(connection_string=connection, queue_uri=queue_uri,
-                   client_id=settings.get(f"{TEAM_STORAGE}__clientId", "").strip())
+                   client_id=settings.get(f"{TEAM_STORAGE}__clientId", "").strip(), origin=TEAM_STORAGE)
 
     def credential(self) -> object:
         from azure.identity import DefaultAzureCredential
 
         return DefaultAzureCredential(managed_identity_client_id=self.client_id or None)
 
+    @property
+    def setting(self) -> str:
+        """The setting this storage came from, for messages."""
+        return self.origin or STORAGE
+
     def queue_client(self, name: str, **options: object) -> object:
         from azure.storage.queue import QueueClient
 
+        options = {**CLIENT_OPTIONS, **options}
         if self.connection_string:
             return QueueClient.from_connection_string(self.connection_string, name, **options)
         if not self.queue_uri:
@@ -137,14 +149,23 @@ class Storage:
         from azure.data.tables import TableClient
 
         if self.connection_string:
-            return TableClient.from_connection_string(self.connection_string, table_name=name)
+            return TableClient.from_connection_string(self.connection_string, table_name=name, **CLIENT_OPTIONS)
         if not self.table_uri:
             raise ConfigError(f"set {STORAGE}__tableServiceUri to reach the table service")
-        return TableClient(endpoint=self.table_uri, table_name=name, credential=self.credential())
+        return TableClient(endpoint=self.table_uri, table_name=name, credential=self.credential(), **CLIENT_OPTIONS)
 
 
-def pool_request_queue(settings: Mapping[str, str], team: str | None = None) -> str:
-    """The queue of ``team`` (or POOL_REQUEST_TEAM) in POOL_REQUEST_TEAMS; the only team's when there is one."""
+@dataclass(frozen=True)
+class TeamChoice:
+    """The team a request is sent for: its name, its queue, and its rules when POOL_REQUEST_TEAMS is known here."""
+
+    name: str | None
+    queue: str
+    team: object | None = None  # shared.pools.teams.Team
+
+
+def pool_request_team(settings: Mapping[str, str], team: str | None = None) -> TeamChoice:
+    """``team`` (or POOL_REQUEST_TEAM) in POOL_REQUEST_TEAMS; the only team when there is one."""
     from shared.kernel.env import SettingError
     from shared.pools import teams as teams_mod
 
@@ -155,16 +176,22 @@ def pool_request_queue(settings: Mapping[str, str], team: str | None = None) -> 
     chosen = team or settings.get("POOL_REQUEST_TEAM", "").strip() or None
     if chosen is None:
         if len(teams) == 1:
-            return teams[0].queue
+            return TeamChoice(teams[0].name, teams[0].queue, teams[0])
         raise ConfigError("say which team you send for: --team NAME (or POOL_REQUEST_TEAM), or --queue NAME; "
                           + (f"POOL_REQUEST_TEAMS has {', '.join(t.name for t in teams)}" if teams
                              else "POOL_REQUEST_TEAMS is not set here"))
     found = teams_mod.by_name(teams, chosen)
     if found is None:
         if not teams:  # a team member usually has no copy of the app's settings: the default queue name
-            return f"{settings.get('POOL_REQUEST_QUEUE', '').strip() or DEFAULT_POOL_REQUEST_QUEUE}-{chosen}"
+            return TeamChoice(chosen, f"{settings.get('POOL_REQUEST_QUEUE', '').strip() or DEFAULT_POOL_REQUEST_QUEUE}-"
+                                      f"{chosen}")
         raise ConfigError(f"POOL_REQUEST_TEAMS has no team {chosen!r}; it has {', '.join(t.name for t in teams)}")
-    return found.queue
+    return TeamChoice(found.name, found.queue, found)
+
+
+def pool_request_queue(settings: Mapping[str, str], team: str | None = None) -> str:
+    """The queue of ``team`` (:func:`pool_request_team`)."""
+    return pool_request_team(settings, team).queue
 
 
 def ledger_table(settings: Mapping[str, str]) -> str:

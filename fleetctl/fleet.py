@@ -16,7 +16,9 @@ class FleetUnavailable(RuntimeError):
     """The app's wiring cannot be built here (missing settings, or shared.wiring not present)."""
 
 
-def build_context() -> Any:
+def build_context(**overrides: Any) -> Any:
+    """The app's Context (``overrides`` replace its fields: fleetctl hands in its own read-only ledger, so a
+    read-only command never creates a table)."""
     try:
         from shared import wiring
     except ImportError as error:
@@ -25,7 +27,7 @@ def build_context() -> Any:
     if builder is None:
         raise FleetUnavailable("shared.wiring has neither build_context() nor get_context()")
     try:
-        return builder()
+        return builder(**overrides) if overrides else builder()
     except Exception as error:
         raise FleetUnavailable(f"cannot build the app's context: {type(error).__name__}: {error}") from error
 

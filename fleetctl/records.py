@@ -25,9 +25,10 @@ TERMINAL: dict[str, frozenset[str]] = {
 
 
 def open_ledger(storage: Storage, table: str) -> Any:
+    """The ledger, read-only in spirit: never creates its table, asks once (fleetctl.cli reports a failure)."""
     from shared.adapters.ledger import TableLedger
 
-    return TableLedger(storage.table_client(table), ensure_table=False)
+    return TableLedger(storage.table_client(table), ensure_table=False, read_attempts=1)
 
 
 def list_records(ledger: Any, kind: str, *, states: Sequence[str] | None = None) -> list[Any]:

@@ -75,7 +75,9 @@ param prometheusWorkspaceIds array = []
 @description('Any other app settings to override (name: value), e.g. a policy or a schedule.')
 param settingOverrides object = {}
 
-@minValue(40)
+// The platform's floor is 1 ("Currently the lowest maximum instance count value is 1",
+// https://learn.microsoft.com/azure/azure-functions/event-driven-scaling#limit-scale-out; 40 was the preview's).
+@minValue(1)
 @maxValue(1000)
 param maximumInstanceCount int = 40
 

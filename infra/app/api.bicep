@@ -17,7 +17,9 @@ param deploymentContainerName string
 param applicationInsightsConnectionString string
 @description('The steward\'s own settings (everything shared/settings.py reads).')
 param appSettings object
-@minValue(40)
+// The platform's floor is 1 ("Currently the lowest maximum instance count value is 1",
+// https://learn.microsoft.com/azure/azure-functions/event-driven-scaling#limit-scale-out; 40 was the preview's).
+@minValue(1)
 @maxValue(1000)
 param maximumInstanceCount int = 40
 @allowed([

@@ -22,8 +22,11 @@ resource cluster 'Microsoft.ContainerService/managedClusters@2025-01-01' existin
 
 // Azure RBAC for Kubernetes accepts role assignments scoped to a namespace of the cluster:
 // `<cluster id>/namespaces/<namespace>` (https://learn.microsoft.com/azure/aks/manage-azure-rbac).
-// Referenced, never deployed: it only names the assignment's scope.
-resource namespace 'Microsoft.ContainerService/managedClusters/namespaces@2025-01-01' existing = {
+// Referenced, never deployed: it only names the assignment's scope. The type is declared at the one
+// api-version whose Bicep type definitions have it (bicep-types-az: managedClusters/namespaces exists only at
+// 2025-02-02-preview; 2025-01-01 made `bicep build` warn BCP081); an `existing` reference sends no request,
+// so the preview version changes nothing but the id it builds.
+resource namespace 'Microsoft.ContainerService/managedClusters/namespaces@2025-02-02-preview' existing = {
   parent: cluster
   name: stewardNamespace
 }

@@ -174,9 +174,13 @@ class TableLedger:
         """LedgerPort.data_bytes: the size ``record.data`` takes in the table."""
         return data_bytes(record)
 
-    def __init__(self, table_client: Any, *, clock: Clock | None = None, ensure_table: bool = True) -> None:
+    def __init__(self, table_client: Any, *, clock: Clock | None = None, ensure_table: bool = True,
+                 read_attempts: int = 4) -> None:
+        """``read_attempts``: tries of a read that fails transiently (the app waits them out; an operator's
+        tool asks once and says so)."""
         self._table = table_client
         self._clock = clock
+        self._read_attempts = read_attempts
         if ensure_table:
             self._ensure_table()
 
@@ -206,7 +210,8 @@ class TableLedger:
         from shared.kernel import clock as clocks
         from shared.kernel import retry
 
-        return retry.call(self._call, fn, what=what, clock=self._clock or clocks.current(), attempts=4, max_delay=10.0)
+        return retry.call(self._call, fn, what=what, clock=self._clock or clocks.current(), attempts=self._read_attempts,
+                          max_delay=10.0)
 
     def _ensure_table(self) -> None:
         key = (str(getattr(self._table, "url", "")), str(self._table.table_name))

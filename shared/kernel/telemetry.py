@@ -23,12 +23,18 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from opentelemetry.metrics import Counter, Histogram
-    from opentelemetry.metrics import _Gauge as Gauge  # the synchronous gauge; in __all__, "_" as still experimental
+
+class _Gauge(Protocol):
+    """What ``Meter.create_gauge`` returns (the synchronous gauge), named by what is used of it: the API names
+    its class only privately (opentelemetry-api 1.45 ``opentelemetry.metrics._Gauge``, still experimental)."""
+
+    def set(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None: ...
+
 
 log = logging.getLogger("steward")
 
@@ -201,7 +207,7 @@ class Telemetry:
             existing = self._instruments.get(name)
             if existing is not None:
                 return existing
-            made: Histogram | Gauge | Counter
+            made: Histogram | _Gauge | Counter
             if kind == "histogram":
                 made = self._meter.create_histogram(name, unit=unit or "s", description=description)
             elif kind == "gauge":

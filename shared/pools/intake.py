@@ -65,17 +65,10 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context, team: Team | N
     """
     now = ctx.clock.now()
     owner = team.name if team is not None else None
-    result = parse_and_validate(raw, policy=pool_policy.of(ctx.settings), in_scope=scope_check(ctx),
-                                requester=team.name if team is not None else None)
+    result = judge(raw, ctx=ctx, team=team)
     if isinstance(result, Rejection):
         return _reject(result, ctx=ctx, now=now, dequeue_count=dequeue_count, team=owner)
     req = result.request
-    if team is not None:
-        found = team_violations(ctx, team, result)
-        if found:
-            rejection = Rejection(tuple(Problem(v.field, v.problem, v.fix) for v in found), request_id=req.request_id,
-                                  requester=team.name, cluster=req.cluster, pool_name=req.pool_name, **evidence(raw))
-            return _reject(rejection, ctx=ctx, now=now, dequeue_count=dequeue_count, team=owner)
 
     def fresh() -> Record:
         record = new_record(result, now=now, dequeue_count=dequeue_count, team=owner)
@@ -105,6 +98,24 @@ def accept(raw: bytes | str, *, dequeue_count: int, ctx: Context, team: Team | N
         _mark_announced(ctx, existing)
     log.info("pool request %s %s", existing.id, status)
     return AcceptOutcome(status=status, request_id=existing.id)
+
+
+def judge(raw: bytes | str, *, ctx: Context, team: Team | None = None) -> ValidatedRequest | Rejection:
+    """The verdict on a request, writing nothing: the seed's rules and the cluster's scope
+    (shared.pools.validation), then ``team``'s clusters, sizes and GPUs per request (shared.pools.recheck).
+
+    :func:`accept` records it; ``fleetctl submit --dry-run`` prints it before anything is queued, so a team
+    sees exactly the "no" intake would give."""
+    result = parse_and_validate(raw, policy=pool_policy.of(ctx.settings), in_scope=scope_check(ctx),
+                                requester=team.name if team is not None else None)
+    if isinstance(result, Rejection) or team is None:
+        return result
+    found = team_violations(ctx, team, result)
+    if not found:
+        return result
+    req = result.request
+    return Rejection(tuple(Problem(v.field, v.problem, v.fix) for v in found), request_id=req.request_id,
+                     requester=team.name, cluster=req.cluster, pool_name=req.pool_name, **evidence(raw))
 
 
 def _record(ctx: Context, fresh: Any, result: ValidatedRequest, *, team: str | None) -> tuple[Record, AcceptStatus]:

@@ -124,7 +124,7 @@ def parse(text: str, *, queue_prefix: str = "gpu-pool-requests",
     if not text.strip():
         return ()
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_refusing_duplicates)
     except json.JSONDecodeError as error:
         raise SettingError(f"setting {SETTING} is not valid JSON ({error.msg} at character {error.pos}); "
                            'write {"<team>": {"clusters": [...] or "*", ...}}') from None
@@ -138,6 +138,18 @@ def parse(text: str, *, queue_prefix: str = "gpu-pool-requests",
         owners = ", ".join(t.name for t in teams if t.queue == queue)
         raise SettingError(f"setting {SETTING}: teams {owners} share queue {queue!r}; each team needs its own queue")
     return tuple(teams)
+
+
+def _refusing_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: Python's json keeps the last of two equal keys without a
+    word, so a team written twice would silently lose its first entry (its clusters, sizes, limits)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise SettingError(f"setting {SETTING}: the key {key!r} appears twice in one object; the second would "
+                               "silently replace the first: write each team (and each field of a team) once")
+        seen[key] = value
+    return seen
 
 
 def _team(name: Any, entry: Any, *, queue_prefix: str, subscriptions: tuple[str, ...]) -> Team:

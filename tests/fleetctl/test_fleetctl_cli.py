@@ -149,7 +149,7 @@ def test_requests_lists_outcomes_from_the_ledger(ledger: Any) -> None:
     assert [r["id"] for r in json.loads(out)] == ["team-b-002"]
     code, out = run("requests", "--id", "team-a-001")
     assert "pool gpua validated" in out and "c1" in out
-    assert run("requests", "--id", "nope")[0] == 1
+    assert run("requests", "--id", "nope")[0] == 3  # not found
 
 
 def test_remediations_in_flight_are_told_apart_from_finished_ones(ledger: Any) -> None:
@@ -168,7 +168,7 @@ def test_the_breaker_is_shown_and_a_reset_needs_a_name(ledger: Any, capsys: pyte
     ledger.create(_record("breaker", "fleet", "open", reason="7 of 20 GPU nodes unhealthy in 10 min",
                           opened_at=1_764_684_000.0, window={"a": 1.0, "b": 2.0}))
     code, out = run("breaker")
-    assert code == 0 and "open since 2025-12-02 14:00:00Z: 7 of 20 GPU nodes unhealthy" in out
+    assert code == 0 and "open since 2025-12-02T14:00:00Z: 7 of 20 GPU nodes unhealthy" in out
     assert json.loads(run("breaker", "--json")[1])["unhealthy_in_window"] == 2
     assert run("breaker", "--reset")[0] == 2
     assert "--by" in capsys.readouterr().err
@@ -196,6 +196,7 @@ def test_a_breaker_reset_wakes_the_reconciler_through_the_nudge_queue(ledger: An
     monkeypatch.setenv("NUDGE_QUEUE", nudge)
     queue = QueueClient.from_connection_string(storage["AzureWebJobsStorage"], nudge)
     queue.create_queue()
+    ledger.create(_record("breaker", "fleet", "open", reason="storm", opened_at=1_764_684_000.0, window={"a": 1.0}))
     assert run("breaker", "--reset", "--by", "alice", "--reason", "storm over")[0] == 0
     [command] = ledger.list("command")
     [sent] = list(queue.receive_messages())
@@ -204,6 +205,7 @@ def test_a_breaker_reset_wakes_the_reconciler_through_the_nudge_queue(ledger: An
 
 def test_a_breaker_reset_with_a_malformed_name_is_refused_before_anything_is_written(
         ledger: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger.create(_record("breaker", "fleet", "open", reason="storm", opened_at=1_764_684_000.0, window={"a": 1.0}))
     assert run("breaker", "--reset", "--by", "alice; drop table", "--reason", "x")[0] == 2
     assert "by must name the operator" in capsys.readouterr().err
     assert run("breaker", "--reset", "--by", "alice")[0] == 2  # a reason is required
@@ -241,7 +243,7 @@ def test_status_shows_gpu_pools_managed_or_not_with_node_readiness(ledger: Any, 
     settings = types.SimpleNamespace(subscriptions=("00000000-0000-0000-0000-000000000001",),
                                      cluster_tag=("gpu-fleet-steward", "enabled"), cluster_ids=())
     access = types.SimpleNamespace(aks=lambda: _FakeAks(), kube=lambda cluster_id: _FakeKube())
-    monkeypatch.setattr(fleet, "build_context", lambda: types.SimpleNamespace(settings=settings, access=access))
+    monkeypatch.setattr(fleet, "build_context", lambda **_: types.SimpleNamespace(settings=settings, access=access))
     ledger.create(_record("pool-request", "team-a-001", "creating"))
     ledger.create(_record("remediation", "r1-1", "cordoned", cluster=CLUSTER, node="a1", condition="XIDErrors"))
     ledger.create(_record("migration", "m1", "draining", cluster_id=CLUSTER, cluster_name="c1", pool="legacy",
@@ -273,7 +275,7 @@ def test_status_says_which_dcgm_rows_a_clusters_exporter_leaves_inactive(ledger:
 
 def test_status_still_reports_the_ledger_when_the_fleet_cannot_be_reached(ledger: Any,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    def unavailable() -> Any:
+    def unavailable(**_: Any) -> Any:
         raise fleet.FleetUnavailable("no ARM here")
 
     monkeypatch.setattr(fleet, "build_context", unavailable)
@@ -286,9 +288,13 @@ def test_plan_prints_the_planners_table_or_json_and_changes_nothing(monkeypatch:
     from shared.migration import plan as migration_plan
 
     plan = migration_plan.Plan(generated_at=1_764_684_000.0, items=(), skipped=())
-    monkeypatch.setattr(fleet, "build_context", lambda: object())
+    enabled = types.SimpleNamespace(settings=types.SimpleNamespace(migration=types.SimpleNamespace(enabled=True)))
+    monkeypatch.setattr(fleet, "build_context", lambda **_: enabled)
     monkeypatch.setattr(fleet, "observe_plan", lambda ctx: plan)
-    assert json.loads(run("plan", "--json")[1]) == json.loads(json.dumps(migration_plan.to_json(plan)))
+    shown = json.loads(run("plan", "--json")[1])
+    assert {k: v for k, v in shown.items() if k not in ("migration_enabled", "note")} == \
+        json.loads(json.dumps(migration_plan.to_json(plan)))
+    assert shown["migration_enabled"] is True
     assert run("plan")[1].startswith("Migration plan at 2025-12-02 14:00 UTC: 0 to migrate")
 
 

@@ -80,6 +80,10 @@ def test_sizes_are_stored_in_their_canonical_spelling() -> None:
     pytest.param(_entry(maxGpus=8), ["team 'vision'", "unknown key", "maxGpus"], id="unknown-key"),
     pytest.param(json.dumps({"a1": {"clusters": "*", "queue": "same-q"}, "b2": {"clusters": "*", "queue": "same-q"}}),
                  ["POOL_REQUEST_TEAMS", "a1, b2", "share queue"], id="two-teams-one-queue"),
+    pytest.param('{"vision": {"clusters": "*"}, "vision": {"clusters": "*", "sizes": "*"}}',
+                 ["POOL_REQUEST_TEAMS", "'vision'", "appears twice"], id="a-team-written-twice"),
+    pytest.param('{"vision": {"clusters": "*", "maxGpusPerRequest": 2, "maxGpusPerRequest": 64}}',
+                 ["POOL_REQUEST_TEAMS", "'maxGpusPerRequest'", "appears twice"], id="a-field-written-twice"),
 ])
 def test_a_bad_teams_setting_is_refused_naming_the_setting_and_the_team(value: str, names: list[str]) -> None:
     with pytest.raises(SettingError) as error:

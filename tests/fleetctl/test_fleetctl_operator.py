@@ -1,0 +1,199 @@
+"""fleetctl behaves as an operator's tool (issue 22, item 1): kubectl's ``-o``, RFC 3339 times, nothing cut in
+``wide``, documented exit codes, one clear line per error, read-only commands that create nothing, a dry run
+judged by the app's own intake rules, duplicates and no-ops said as such.
+
+The error cases run the real entry point (``python -m fleetctl``) against Azurite and, where ARM is needed,
+the simulator (``--endpoints``), the way an operator runs it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from azure.data.tables import TableServiceClient
+
+from fleetctl import cli
+from shared.kernel.ports import Record
+
+ROOT = Path(__file__).resolve().parents[2]
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+LONG_NOTE = ("evicting the pods of the node one PDB at a time: ml/trainer allows one disruption and waits for "
+             "its replacement to be Ready before the next eviction round starts")
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return cli.main(list(argv), out=out), out.getvalue()
+
+
+def fleetctl(*argv: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command line, as an operator types it."""
+    return subprocess.run([sys.executable, "-m", "fleetctl", *argv], cwd=ROOT, env={**os.environ, **env},
+                          input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def env(storage_connection_string: str, names: Any) -> dict[str, str]:
+    return {"AzureWebJobsStorage": storage_connection_string, "TeamRequestsStorage": storage_connection_string,
+            "LEDGER_TABLE": names.table("ledger"),
+            "POOL_REQUEST_TEAMS": json.dumps({"team-a": {"clusters": "*", "queue": names.queue("requests")}})}
+
+
+@pytest.fixture
+def ledger(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    from azure.data.tables import TableClient
+
+    from shared.adapters.ledger import TableLedger
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return TableLedger(TableClient.from_connection_string(env["AzureWebJobsStorage"], table_name=env["LEDGER_TABLE"]))
+
+
+def record(kind: str, id_: str, state: str, *, note: str = "", **data: Any) -> Record:
+    at = 1_764_684_000.0
+    return Record(kind=kind, id=id_, state=state, data=data, created_at=at, updated_at=at + 60,
+                  history=[{"at": at, "state": state, "note": note}])
+
+
+def filled(ledger: Any) -> None:
+    ledger.create(record("pool-request", "team-a:req-1", "rejected", requester="team-a", pool="gpua",
+                         reasons=["vmSize: Standard_D4s_v5 is not a GPU size; " + LONG_NOTE]))
+    ledger.create(record("remediation", "r1", "draining", node="aks-gpu-0", pool="gpu", condition="XID79",
+                         note=LONG_NOTE))
+    ledger.create(record("breaker", "fleet", "open", reason="7 of 20 GPU nodes unhealthy", opened_at=1_764_684_000.0))
+
+
+LISTINGS = [("requests",), ("remediations",), ("breaker",), ("status", "--ledger-only")]
+
+
+@pytest.mark.parametrize("command", LISTINGS, ids=lambda c: c[0])
+def test_every_listing_prints_json_and_yaml_with_rfc3339_times_and_the_same_data(ledger: Any,
+                                                                                command: tuple[str, ...]) -> None:
+    filled(ledger)
+    code, as_json = run(*command, "-o", "json")
+    assert code == 0
+    data = json.loads(as_json)
+    assert run(*command, "--json")[1] == as_json  # the old flag is an alias
+    code, as_yaml = run(*command, "-o", "yaml")
+    assert code == 0 and yaml.safe_load(as_yaml) == data
+
+    def times(value: Any, key: str = "") -> list[Any]:
+        if isinstance(value, dict):
+            return [t for k, v in value.items() for t in times(v, k)]
+        if isinstance(value, list):
+            return [t for v in value for t in times(v)]
+        return [value] if (key == "at" or key.endswith("_at")) and value is not None else []
+
+    found = times(data)
+    assert found and all(isinstance(t, str) and RFC3339.match(t) for t in found), found
+
+
+@pytest.mark.parametrize("command", [("requests",), ("remediations",)], ids=lambda c: c[0])
+def test_wide_cuts_nothing_and_table_cuts_at_a_word(ledger: Any, command: tuple[str, ...]) -> None:
+    filled(ledger)
+    wide = run(*command, "-o", "wide")[1]
+    assert "…" not in wide and LONG_NOTE in wide and "2025-12-02T14:01:00Z" in wide
+    table = run(*command)[1]
+    cut = next(line for line in table.splitlines()[1:] if "…" in line)
+    last_word = cut.split("…")[0].split()[-1]
+    whole_words = {w.strip(",;:") for w in (LONG_NOTE + " vmSize: Standard_D4s_v5 is not a GPU size;").split()}
+    assert last_word.strip(",;:") in whole_words  # cut between words, never inside one
+
+
+def test_times_in_tables_are_rfc3339(ledger: Any) -> None:
+    filled(ledger)
+    assert "open since 2025-12-02T14:00:00Z" in run("breaker")[1]
+
+
+# --------------------------------------------------------------------------- errors: one line, a documented code
+
+
+def test_a_missing_request_file_is_named_exit_2(env: dict[str, str]) -> None:
+    result = fleetctl("submit", "no-such-request.json", env=env)
+    assert result.returncode == 2 and one_line(result) == "fleetctl submit: no such file: no-such-request.json"
+
+
+def test_an_unknown_state_is_a_usage_error_listing_the_states(env: dict[str, str]) -> None:
+    result = fleetctl("requests", "--state", "bogus", env=env)
+    assert result.returncode == 2
+    assert "invalid choice: 'bogus'" in result.stderr and "rejected" in result.stderr
+
+
+def test_a_request_that_does_not_exist_is_not_found_exit_3(env: dict[str, str], ledger: Any) -> None:
+    filled(ledger)
+    result = fleetctl("requests", "--id", "req-404", env=env)
+    assert result.returncode == 3 and "no pool request 'req-404'" in one_line(result)
+
+
+def test_unreachable_storage_is_one_line_naming_the_endpoint_and_the_setting_exit_1(env: dict[str, str]) -> None:
+    closed = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
+              "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+              "TableEndpoint=http://127.0.0.1:9/devstoreaccount1;QueueEndpoint=http://127.0.0.1:9/devstoreaccount1")
+    result = fleetctl("requests", env={**env, "AzureWebJobsStorage": closed})
+    assert result.returncode == 1
+    line = one_line(result)
+    assert line.startswith("fleetctl requests: cannot reach the ledger table")
+    assert "http://127.0.0.1:9/devstoreaccount1" in line and "AzureWebJobsStorage" in line
+
+
+def test_the_ledger_is_asked_once_with_a_five_second_connect_timeout(env: dict[str, str]) -> None:
+    from fleetctl import config, records
+
+    ledger = records.open_ledger(config.Storage.from_settings(env), "x")
+    assert ledger._read_attempts == 1
+    assert config.CLIENT_OPTIONS == {"retry_total": 0, "connection_timeout": 5, "read_timeout": 10}
+
+
+def test_read_only_commands_create_no_table(env: dict[str, str], storage_connection_string: str) -> None:
+    service = TableServiceClient.from_connection_string(storage_connection_string)
+    for command in (("requests",), ("remediations",), ("breaker",), ("status", "--ledger-only")):
+        result = fleetctl(*command, env=env)
+        assert result.returncode == 0, result.stderr
+    assert env["LEDGER_TABLE"] not in [t.name for t in service.list_tables()]
+
+
+# --------------------------------------------------------------------------- saying what did (not) happen
+
+
+def test_a_breaker_reset_of_a_closed_breaker_says_nothing_changed_and_writes_nothing(env: dict[str, str],
+                                                                                     ledger: Any) -> None:
+    ledger.create(record("breaker", "fleet", "closed"))
+    result = fleetctl("breaker", "--reset", "--by", "alice", "--reason", "just in case", env=env)
+    assert result.returncode == 0 and "nothing to reset, no command written" in result.stdout
+    assert ledger.list("command") == []
+
+
+def test_a_request_id_already_in_the_ledger_is_reported_and_not_sent_unless_resent(env: dict[str, str],
+                                                                                  ledger: Any) -> None:
+    from azure.storage.queue import QueueClient
+
+    queue = QueueClient.from_connection_string(env["AzureWebJobsStorage"],
+                                               json.loads(env["POOL_REQUEST_TEAMS"])["team-a"]["queue"])
+    queue.create_queue()
+    ledger.create(record("pool-request", "team-a:req-1", "succeeded", requester="team-a"))
+    request = json.dumps({"schemaVersion": "1", "requestId": "req-1", "cluster": "/subscriptions/x", "poolName": "a",
+                          "vmSize": "Standard_NC4as_T4_v3", "count": 1})
+    result = fleetctl("submit", "-", env=env, stdin=request)
+    assert result.returncode == 2
+    assert "request id req-1 is already in the ledger (succeeded since 2025-12-02T14:01:00Z)" in one_line(result)
+    assert queue.peek_messages() == []
+    resent = fleetctl("submit", "-", "--resend", env=env, stdin=request)
+    assert resent.returncode == 0 and resent.stdout.strip() == "req-1"
+    assert len(queue.peek_messages()) == 1
