@@ -116,6 +116,17 @@ def _parser() -> argparse.ArgumentParser:
                                    "them to managed pools: order, replacement, strategy, batch, and what is "
                                    "skipped and why. Read-only.")
     _output(p)
+
+    p = sub.add_parser("why", help="why a node was (not) repaired, or a pool (not) migrated, and what would change",
+                       description="What the steward decided about a GPU node (its refusals, each with the rule "
+                                   "and settings behind it and what would have to change; its remediations; the "
+                                   "safety state; the node's evaluation now) or, with --pool, about a pool's "
+                                   "migration (its record, or the plan's decision). Read-only.")
+    p.add_argument("name", metavar="NODE|POOL", help="a node name, or a pool name with --pool")
+    p.add_argument("--pool", action="store_true", help="NAME is an agent pool: explain its migration")
+    p.add_argument("--cluster", help="the cluster's name (when the name is not unique, or nothing is recorded yet)")
+    p.add_argument("--ledger-only", action="store_true", help="do not call ARM or the cluster")
+    _output(p)
     return parser
 
 
@@ -389,6 +400,64 @@ def cmd_plan(args: argparse.Namespace, settings: dict[str, str], out: TextIO) ->
     return OK
 
 
+def _cluster_id(ctx: Any, name: str | None) -> str | None:
+    from shared.fleet import scope
+
+    if not name:
+        return None
+    for cluster in scope.discover(ctx.access.aks(), ctx.settings):
+        if cluster.name == name:
+            return str(cluster.id)
+    return None
+
+
+def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
+    from fleetctl import why
+    from fleetctl.fleet import build_context, observe_plan
+
+    ledger = _ledger(settings)
+    if args.pool:
+        plan, off, note = None, "", ""
+        if not args.ledger_only:
+            try:
+                ctx = build_context(ledger=ledger)
+                plan, off = observe_plan(ctx), _migration_off(ctx)
+            except (FleetUnavailable, Exception) as error:  # the ledger part still answers
+                note = f"the plan was not computed: {' '.join(str(error).split())}"
+        story = why.pool_story(ledger, args.name, cluster=args.cluster, plan=plan)
+        story["note"] = note
+        if not story["migrations"] and not story["plan"] and not story["skipped"] and plan is not None:
+            raise CliError(f"no pool {args.name!r} in a migration record or the plan (it is not an unmanaged GPU pool "
+                           "of a cluster in scope)", NOT_FOUND)
+        text = why.pool_text(story, off=off) + (f"\n{note}" if note else "")
+        print(render.output(story, args.output, lambda wide: text), file=out)
+        return OK
+    refusals = why.refusals(ledger, args.name, cluster=args.cluster)
+    remediations = why.remediations(ledger, args.name, cluster=args.cluster)
+    story: dict[str, Any] = {"node": args.name, "cluster": args.cluster, "refusals": refusals,
+                             "remediations": remediations, "safety": why.safety(ledger, settings), "now": None,
+                             "now_error": "--ledger-only" if args.ledger_only else ""}
+    recorded = next((str(x.get("cluster_id") or x.get("cluster") or "") for x in [*remediations, *refusals]
+                     if x.get("cluster_id") or str(x.get("cluster") or "").startswith("/subscriptions/")), "")
+    if not args.ledger_only:
+        try:
+            ctx = build_context(ledger=ledger)
+            cluster_id = recorded or _cluster_id(ctx, args.cluster)
+            if cluster_id:
+                story["cluster"] = cluster_id.rstrip("/").rsplit("/", 1)[-1]
+                story["now"] = why.evaluation(ctx, cluster_id, args.name)
+            else:
+                story["now_error"] = "no cluster recorded for it: give --cluster NAME"
+        except (FleetUnavailable, Exception) as error:  # the ledger part still answers
+            story["now_error"] = " ".join(str(error).split())[:300]
+    gone = story["now"] is not None and story["now"]["bucket"] == "gone"
+    if not refusals and not remediations and (gone or (story["now"] is None and args.cluster is None)):
+        raise CliError(f"nothing recorded about node {args.name!r}" + (" and it is not in the cluster" if gone else
+                       " (give --cluster NAME to read it from the cluster)"), NOT_FOUND)
+    print(render.output(story, args.output, lambda wide: why.node_text(story, wide=wide)), file=out)
+    return OK
+
+
 def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any]:
     ledger = _ledger(settings)
     requests = records.list_records(ledger, records.POOL_REQUEST)
@@ -404,6 +473,7 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         "clusters": None, "fleet_error": "",
         "signals": _signal_lines(settings),
     }
+    data["safety"] = safety_state(settings, data)
     if not ledger_only:
         from fleetctl.fleet import build_context, fleet_view
 
@@ -412,6 +482,61 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         except FleetUnavailable as error:
             data["fleet_error"] = str(error)
     return data
+
+
+def safety_state(settings: dict[str, str], data: dict[str, Any]) -> dict[str, Any]:
+    """What stops or limits the steward now, fleet-wide and per cluster: pause, dry run, whether migration runs,
+    the breaker and its window, and the remediation budgets in use against their limits (the app's own
+    settings readers, so a default here is the app's default)."""
+    from shared.kernel.env import SettingError
+    from shared.migration.policy import MigrationPolicy
+    from shared.remediation.policy import RemediationPolicy
+
+    try:
+        rem, mig = RemediationPolicy.from_env(settings), MigrationPolicy.from_env(settings)
+    except SettingError as error:
+        return {"error": str(error)}
+    in_flight = data["remediations_in_flight"]
+    by_cluster: dict[str, int] = {}
+    for v in in_flight:
+        by_cluster[str(v["cluster"])] = by_cluster.get(str(v["cluster"]), 0) + 1
+    breaker = data["breaker"]
+    return {
+        "paused": str(settings.get("STEWARD_PAUSED", "")).strip().lower() in ("1", "true", "yes", "on"),
+        "remediation_dry_run": rem.dry_run, "migration_enabled": mig.enabled,
+        "breaker": {"state": breaker["state"], "enabled": rem.breaker_enabled,
+                    "unhealthy_in_window": breaker["unhealthy_in_window"], "window_s": rem.breaker_window_s,
+                    "opens_at_percent": rem.breaker_percent, "min_nodes": rem.breaker_min_nodes},
+        "budgets": {"fleet_in_flight": len(in_flight), "fleet_max_in_flight": rem.max_in_flight,
+                    "cluster_max_in_flight": rem.cluster_max_in_flight, "clusters_in_flight": by_cluster,
+                    "pool_max_unavailable": rem.pool_max_unavailable,
+                    "pool_max_unavailable_percent": rem.pool_max_unavailable_percent,
+                    "node_cooldown_s": rem.cooldown_s, "node_max_attempts": rem.max_attempts},
+    }
+
+
+def _safety_lines(safety: dict[str, Any], clusters: list[dict[str, Any]] | None) -> list[str]:
+    if "error" in safety:
+        return [f"safety: not read ({safety['error']})"]
+    b, budgets = safety["breaker"], safety["budgets"]
+    switches = [("STEWARD_PAUSED: every write held" if safety["paused"] else "not paused"),
+                ("REMEDIATION_DRY_RUN: remediation acts on nothing" if safety["remediation_dry_run"]
+                 else "remediation acts"),
+                ("migration on" if safety["migration_enabled"] else "migration off (MIGRATION_ENABLED)")]
+    lines = ["safety: " + "; ".join(switches),
+             f"  breaker {b['state']}" + ("" if b["enabled"] else " (BREAKER_ENABLED=false)")
+             + f": {b['unhealthy_in_window']} unhealthy in the last {b['window_s']} s, opens at {b['opens_at_percent']}% "
+             f"of the fleet's GPU nodes (at least {b['min_nodes']})",
+             f"  remediations in flight: {budgets['fleet_in_flight']} of {budgets['fleet_max_in_flight']} "
+             f"(BUDGET_MAX_IN_FLIGHT); per cluster at most {budgets['cluster_max_in_flight']} "
+             f"(BUDGET_CLUSTER_MAX_IN_FLIGHT); per pool {budgets['pool_max_unavailable']} node(s) or "
+             f"{budgets['pool_max_unavailable_percent']}% unavailable (BUDGET_POOL_MAX_UNAVAILABLE[_PERCENT])"]
+    for name, count in sorted(budgets["clusters_in_flight"].items()):
+        lines.append(f"  {name}: {count} of {budgets['cluster_max_in_flight']} in flight")
+    for cluster in clusters or []:
+        if cluster.get("paused"):
+            lines.append(f"  {cluster['name']}: {cluster['paused']}")
+    return lines
 
 
 def _signal_lines(settings: dict[str, str]) -> list[str]:
@@ -457,6 +582,7 @@ def _status_text(data: dict[str, Any]) -> str:
                   + (f" ({v['error_tries']} permanent failures in a row)" if v.get("error_tries") else "")
                   + f": {v['last_error']}" for v in flight if v.get("last_error")]
     lines.append(_breaker_text(data["breaker"]))
+    lines += _safety_lines(data.get("safety") or {"error": "not computed"}, data["clusters"])
     lines += data.get("signals") or []
     migrations = data["migrations"]
     lines.append(f"migrations: {len(migrations)}")
@@ -490,7 +616,7 @@ def cmd_status(args: argparse.Namespace, settings: dict[str, str], out: TextIO) 
 
 
 COMMANDS = {"submit": cmd_submit, "requests": cmd_requests, "status": cmd_status, "remediations": cmd_remediations,
-            "breaker": cmd_breaker, "plan": cmd_plan}
+            "breaker": cmd_breaker, "plan": cmd_plan, "why": cmd_why}
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:

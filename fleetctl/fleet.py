@@ -49,7 +49,8 @@ def fleet_view(ctx: Any) -> list[dict[str, Any]]:
     clusters = []
     for cluster in scope.discover(aks, ctx.settings):
         entry: dict[str, Any] = {"id": cluster.id, "name": cluster.name, "location": cluster.location,
-                                 "node_provisioning_mode": cluster.node_provisioning_mode, "pools": [], "error": ""}
+                                 "node_provisioning_mode": cluster.node_provisioning_mode, "pools": [], "error": "",
+                                 "paused": scope.paused_reason(cluster.tags)}
         try:
             pools = aks.list_pools(cluster.id)
             gpu_pools = []

@@ -97,3 +97,14 @@ def test_plan_says_migration_is_off_and_creates_no_table(sim: SimHandle, env: di
     assert on.returncode == 0 and on.stdout.startswith("Migration plan at")
     tables = [t.name for t in TableServiceClient.from_connection_string(storage_connection_string).list_tables()]
     assert env["LEDGER_TABLE"] not in tables
+
+
+def test_why_a_node_reads_its_evaluation_now_from_its_cluster(sim: SimHandle, env: dict[str, str]) -> None:
+    cluster = next(c for c in sim.state()["clusters"] if c["name"] == "ml-train")
+    node = next(n["name"] for n in cluster["nodes"] if n["pool"] == "gput4")
+    result = fleetctl(sim, env, "why", node, "--cluster", "ml-train", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    story = json.loads(result.stdout)
+    assert story["cluster"] == "ml-train" and story["now"]["bucket"] in ("healthy", "pending", "unhealthy", "skipped")
+    gone = fleetctl(sim, env, "why", "aks-gput4-00000000-vmss00zzzz", "--cluster", "ml-train")
+    assert gone.returncode == 3 and "not in the cluster" in gone.stderr

@@ -197,3 +197,66 @@ def test_a_request_id_already_in_the_ledger_is_reported_and_not_sent_unless_rese
     resent = fleetctl("submit", "-", "--resend", env=env, stdin=request)
     assert resent.returncode == 0 and resent.stdout.strip() == "req-1"
     assert len(queue.peek_messages()) == 1
+
+
+# --------------------------------------------------------------------------- why, and the safety state
+
+
+def refusal(code: str, reason: str, *, node: str = "aks-gpu1-0-vmss000002", fault: str = "f1") -> Record:
+    cluster = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/"
+               "Microsoft.ContainerService/managedClusters/c1")
+    return Record(kind="dedupe", id=f"refused-{fault}-{code}", state="seen", created_at=1_764_684_000.0,
+                  updated_at=1_764_684_000.0,
+                  data={"reason": reason, "reason_code": code, "cluster": cluster, "node": node})
+
+
+def test_why_a_node_names_the_refusal_its_rule_its_settings_and_what_would_change(ledger: Any) -> None:
+    ledger.create(refusal("budget-pool", "pool gpu1: 1 of 3 nodes already unavailable, the budget allows 1 "
+                                         "(BUDGET_POOL_MAX_UNAVAILABLE=1, BUDGET_POOL_MAX_UNAVAILABLE_PERCENT=20%)"))
+    ledger.create(record("remediation", "r9", "done", node="aks-gpu1-0-vmss000000", pool="gpu1", condition="Xid79"))
+    code, out = run("why", "aks-gpu1-0-vmss000002", "--ledger-only")
+    assert code == 0, out
+    assert "refused 2025-12-02T14:00:00Z [budget-pool]: pool gpu1: 1 of 3 nodes already unavailable" in out
+    assert "rule: the pool's disruption budget" in out and "BUDGET_POOL_MAX_UNAVAILABLE" in out
+    assert "passes by itself when another node of the pool comes back into service" in out
+    assert "safety: breaker closed" in out and "aks-gpu1-0-vmss000000" not in out  # another node's remediation
+    story = json.loads(run("why", "aks-gpu1-0-vmss000002", "--ledger-only", "-o", "json")[1])
+    assert story["refusals"][0]["settings"] == ["BUDGET_POOL_MAX_UNAVAILABLE", "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT"]
+
+
+@pytest.mark.parametrize("code", sorted(__import__("shared.remediation.refusals", fromlist=["RULES"]).RULES))
+def test_why_explains_every_kind_of_refusal(ledger: Any, code: str) -> None:
+    from shared.remediation.refusals import RULES
+
+    ledger.create(refusal(code, f"refused for {code}"))
+    out = run("why", "aks-gpu1-0-vmss000002", "--ledger-only")[1]
+    rule = RULES[code]
+    assert f"[{code}]: refused for {code}" in out and rule.rule in out and rule.to_repair in out
+    assert all(setting in out for setting in rule.settings)
+
+
+def test_why_a_node_nothing_is_known_of_is_not_found_exit_3(env: dict[str, str], ledger: Any) -> None:
+    filled(ledger)
+    result = fleetctl("why", "aks-nobody-0", "--ledger-only", env=env)
+    assert result.returncode == 3 and "nothing recorded about node 'aks-nobody-0'" in one_line(result)
+
+
+def test_why_a_pool_shows_its_migration_and_why_it_stopped(ledger: Any) -> None:
+    ledger.create(record("migration", "m1", "blocked", cluster_name="c1", pool="gput4", replacement="gput4m1",
+                         strategy="rolling", reason="the old pool's pods would not fit the replacement: ml/vision",
+                         note="blocked"))
+    code, out = run("why", "gput4", "--pool", "--ledger-only")
+    assert code == 0 and "migration m1: blocked to gput4m1 (rolling)" in out
+    assert "reason: the old pool's pods would not fit the replacement" in out
+
+
+def test_status_shows_the_safety_state_and_the_budgets_in_use(ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REMEDIATION_DRY_RUN", "true")
+    monkeypatch.setenv("BUDGET_MAX_IN_FLIGHT", "4")
+    filled(ledger)
+    out = run("status", "--ledger-only")[1]
+    assert "safety: not paused; REMEDIATION_DRY_RUN: remediation acts on nothing; migration off (MIGRATION_ENABLED)" in out
+    assert "remediations in flight: 1 of 4 (BUDGET_MAX_IN_FLIGHT)" in out
+    assert "breaker open: 0 unhealthy in the last 600 s, opens at 30%" in out
+    data = json.loads(run("status", "--ledger-only", "-o", "json")[1])["safety"]
+    assert data["remediation_dry_run"] is True and data["budgets"]["fleet_max_in_flight"] == 4
