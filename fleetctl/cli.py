@@ -474,6 +474,8 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         "signals": _signal_lines(settings),
     }
     data["safety"] = safety_state(settings, data)
+    last = records.get_record(ledger, "sweep", "last")
+    data["last_sweep"] = dict(last.data) if last is not None else None
     if not ledger_only:
         from fleetctl.fleet import build_context, fleet_view
 
@@ -539,6 +541,22 @@ def _safety_lines(safety: dict[str, Any], clusters: list[dict[str, Any]] | None)
     return lines
 
 
+def _sweep_line(last: dict[str, Any] | None) -> str:
+    """What the last health sweep saw, skipped nodes named by reason (the start-up grace, a node being deleted...)."""
+    if not last:
+        return "last sweep: none recorded yet"
+    skipped = last.get("skipped") or {}
+    parts = [f"{last.get('healthy', 0)} healthy", f"{last.get('unhealthy', 0)} unhealthy",
+             f"{last.get('pending', 0)} pending (fault not yet past its threshold)", f"{last.get('unknown', 0)} unknown"]
+    if skipped:
+        parts.append(f"{sum(skipped.values())} skipped (" + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) + ")")
+    line = (f"last sweep {render.when(last.get('at'))}: {last.get('nodes', 0)} GPU nodes in {last.get('clusters', 0)} "
+            f"clusters: " + ", ".join(parts))
+    if last.get("errors"):
+        line += f"; {last['errors']} errors: " + "; ".join(last.get("first_errors") or [])
+    return line
+
+
 def _signal_lines(settings: dict[str, str]) -> list[str]:
     """What the fault signals cannot see, from the settings alone: DCGM rows whose counter a cluster's
     exporter does not export (shared.remediation.dcgm_reports), or why the setting cannot be read."""
@@ -583,6 +601,7 @@ def _status_text(data: dict[str, Any]) -> str:
                   + f": {v['last_error']}" for v in flight if v.get("last_error")]
     lines.append(_breaker_text(data["breaker"]))
     lines += _safety_lines(data.get("safety") or {"error": "not computed"}, data["clusters"])
+    lines.append(_sweep_line(data.get("last_sweep")))
     lines += data.get("signals") or []
     migrations = data["migrations"]
     lines.append(f"migrations: {len(migrations)}")
