@@ -2,6 +2,7 @@
 #   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
+#   make up      a local stack (simulator, Azurite kept under .state/up, a host) to try fleetctl on, until Ctrl-C
 #   make aks-definitions   derive shared/kernel/definitions/*.json again from the Azure SDKs' models
 #   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ and realkube/ (mypy.ini)
 #   make test-realkube   the real-control-plane lane: builds kube-apiserver, etcd, the controller manager,
@@ -9,7 +10,7 @@
 #                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
 
 .POSIX:
-.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions
+.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions up
 
 PYTHON = python3.11
 VENV = .venv
@@ -59,6 +60,10 @@ test-realkube: realkube-build $(AZURITE)
 
 demo: $(STAMP) $(AZURITE)
 	$(PY) -m demo
+
+# A stack to try fleetctl on: simulator, Azurite (kept under .state/up) and a local host, until Ctrl-C.
+up: $(STAMP) $(AZURITE)
+	$(PY) -m devstack up
 
 bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench

@@ -72,16 +72,21 @@ def _wait_for(port: int, deadline: float) -> None:
 
 
 def start(*, queue_port: int | None = None, table_port: int | None = None, log: Path | None = None,
-          timeout_s: float = 30.0) -> Azurite:
-    """Start queue + table services in memory on loopback; returns once both ports accept."""
+          timeout_s: float = 30.0, location: Path | None = None) -> Azurite:
+    """Start queue + table services on loopback; returns once both ports accept. In memory unless
+    ``location`` names a directory to keep the data in (Azurite's ``--location``: ``make up`` keeps its
+    ledger and queues across restarts)."""
     ensure_installed()
     queue_port = queue_port or free_port()
     table_port = table_port or free_port()
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     # The blob service is started too (the host keeps its timer and lease state there in Azure),
     # on a free port of its own; we only need queues and tables.
+    if location is not None:
+        Path(location).mkdir(parents=True, exist_ok=True)
+    persistence = ["--location", str(location)] if location is not None else ["--inMemoryPersistence"]
     proc = subprocess.Popen(
-        [str(binary()), "--silent", "--skipApiVersionCheck", "--disableTelemetry", "--inMemoryPersistence",
+        [str(binary()), "--silent", "--skipApiVersionCheck", "--disableTelemetry", *persistence,
          "--loose", "--blobHost", "127.0.0.1", "--blobPort", str(free_port()),
          "--queueHost", "127.0.0.1", "--queuePort", str(queue_port),
          "--tableHost", "127.0.0.1", "--tablePort", str(table_port)],

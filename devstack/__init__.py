@@ -271,20 +271,21 @@ def _is_b64(text: str) -> bool:
 @contextlib.contextmanager
 def running(*, scenario: str | Path | Mapping[str, Any] | None = None, seed: int = 0,
             profile: Mapping[str, str] | None = None, state_dir: Path | None = None,
-            hosts: int = 0, host_json: Mapping[str, Any] | None = None) -> Iterator[Stack]:
+            hosts: int = 0, host_json: Mapping[str, Any] | None = None,
+            keep_storage: bool = False) -> Iterator[Stack]:
     """Azurite + simulator (+ ``hosts`` local hosts); everything is stopped on exit.
 
     ``profile`` adds or overrides app settings (on top of :data:`FAST_PROFILE`); ``host_json`` is
     merged into the app's host.json for the hosts (e.g. :data:`FAST_HOST_JSON`). Without
     ``state_dir`` the state (logs, settings) lives in a temporary directory removed on exit; pass
-    one to keep it.
+    one to keep it. ``keep_storage`` keeps Azurite's data under ``state_dir/azurite`` across runs.
     """
     from sim.testing import start_sim
 
     own_dir = state_dir is None
     base = Path(tempfile.mkdtemp(prefix="steward-")) if own_dir else Path(state_dir)  # type: ignore[arg-type]
     base.mkdir(parents=True, exist_ok=True)
-    az = azurite_mod.start(log=base / "azurite.log")
+    az = azurite_mod.start(log=base / "azurite.log", location=base / "azurite" if keep_storage else None)
     try:
         with start_sim(scenario=scenario, seed=seed, state_dir=base / "sim") as sim:
             settings = _app_settings(endpoints=sim.endpoints, storage=az.connection_string, profile=profile or {})
