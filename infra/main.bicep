@@ -72,6 +72,12 @@ param signalsPrometheus string = ''
 @description('Azure Monitor workspace ids (/subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Monitor/accounts/<name>) that signalsPrometheus names: the app\'s identity gets Monitoring Data Reader on each (PromQL queries).')
 param prometheusWorkspaceIds array = []
 
+@description('Resource id of an action group the steward\'s alert rules notify (breaker opened, remediation gave up, migration blocked or rolled back, pool request failed); empty: the rules fire with no notification.')
+param alertActionGroupId string = ''
+
+@description('HTTPS webhook that receives the steward\'s outcome events (CloudEvents 1.0, infra/monitoring/outcome-events.json); empty: no subscription.')
+param outcomeEventsEndpoint string = ''
+
 @description('Any other app settings to override (name: value), e.g. a policy or a schedule.')
 param settingOverrides object = {}
 
@@ -306,6 +312,20 @@ module topic './core/eventgrid/topic.bicep' = {
     name: '${abbrs.eventGridTopics}${resourceToken}'
     location: location
     tags: tags
+  }
+}
+
+// Operators are told: the workbook, the alert rules and the outcome events' subscription (docs/deploy.md).
+module operatorMonitoring './app/operator-monitoring.bicep' = {
+  name: 'operator-monitoring'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    applicationInsightsId: monitoring.outputs.applicationInsightsId
+    topicName: topic.outputs.name
+    alertActionGroupId: alertActionGroupId
+    outcomeEventsEndpoint: outcomeEventsEndpoint
   }
 }
 

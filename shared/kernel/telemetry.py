@@ -147,14 +147,26 @@ GAUGES: dict[str, tuple[str, str]] = {
     "breaker_open": ("1", "1 while the fleet breaker stops new remediations"),
 }
 COUNTERS: dict[str, tuple[str, str]] = {
-    "pool_requests_total": ("1", "pool requests by outcome"),
-    "migrations_total": ("1", "migrations by outcome"),
+    "pool_requests_total": ("1", "pool requests by outcome (an event of shared.pools.outcomes published)"),
+    "migrations_total": ("1", "migrations by outcome (started, completed, rolled_back, blocked)"),
+    "remediations_total": ("1", "remediations ended, by outcome, condition, signal and rung"),
+    "remediation_refusals_total": ("1", "faulty nodes refused, by reason code (once per fault and code)"),
 }
 ALIASES: dict[str, str] = {
     "remediation.drain_s": "drain_time_s",
     "remediation.time_to_repair_s": "time_to_repair_s",
 }
 """Names the jobs already record, mapped onto the canonical instruments."""
+
+
+def count_safely(telemetry: Any, name: str, **attrs: Any) -> None:
+    """Add 1 to the counter ``name``; absent or failing telemetry never fails the caller (a job's step)."""
+    fn = getattr(telemetry, "count", None)
+    if callable(fn):
+        try:
+            fn(name, 1, **attrs)
+        except Exception as exc:  # metrics never fail a step
+            log.debug("metric %s not recorded: %s", name, exc)
 
 
 def _attrs(attrs: Mapping[str, Any]) -> dict[str, str | int | float | bool]:

@@ -24,6 +24,7 @@ import msgspec
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import Record
 from shared.kernel.steps import Publication, Transition, finish, move, stay
+from shared.kernel.telemetry import count_safely
 from shared.migration.records import MigrationData, MigrationState, written
 
 if TYPE_CHECKING:
@@ -56,10 +57,18 @@ def event_id(event: Publication) -> str:
     return f"{data['migration']}-{what}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
 
 
+OUTCOMES: dict[str, str] = {"Started": "started", "Completed": "completed", "RolledBack": "rolled_back",
+                            "Blocked": "blocked"}
+"""Migration events counted in ``migrations_total`` (``outcome``)."""
+
+
 def publisher(ctx: Context) -> Callable[[Publication], None]:
     """Publish one event through ``ctx.events``, best effort (see the module docstring)."""
 
     def publish(event: Publication) -> None:
+        what = event.event_type.removeprefix(EVENT_PREFIX)
+        if what in OUTCOMES:  # the workbook's "migrations by phase" and the blocked / rolled-back alerts
+            count_safely(getattr(ctx, "telemetry", None), "migrations_total", outcome=OUTCOMES[what])
         try:
             ctx.events.publish(type_=event.event_type, subject=event.subject, data=event.data, id_=event_id(event))
         except StewardError as exc:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from shared.kernel import steps
 from shared.kernel.ports import Record
 from shared.kernel.steps import Publication, Transition
+from shared.kernel.telemetry import count_safely
 from shared.pools.records import (
     Cleanup,
     CleanupAction,
@@ -36,6 +37,8 @@ EVENT_REJECTED = "Steward.PoolRequest.Rejected"
 EVENT_CREATED = "Steward.PoolRequest.Created"
 EVENT_FAILED = "Steward.PoolRequest.Failed"
 EVENT_BLOCKED = "Steward.PoolRequest.Blocked"
+OUTCOME_EVENTS = frozenset({EVENT_ACCEPTED, EVENT_REJECTED, EVENT_CREATED, EVENT_FAILED, EVENT_BLOCKED})
+"""Each one adds 1 to ``pool_requests_total`` with ``outcome`` its last word, lower case."""
 
 
 def subject(record: Record) -> str:
@@ -65,8 +68,12 @@ def publish_now(ctx: Context, event_type: str, record: Record, extra: Mapping[st
 def publish(ctx: Context, record_id: str) -> Callable[[Publication], None]:
     """The publisher :func:`shared.kernel.steps.settle` calls for each event of a record's step."""
     def send(event: Publication) -> None:
-        event_id = f"pool-request/{record_id}/{event.event_type.rsplit('.', 1)[-1]}"
+        what = event.event_type.rsplit('.', 1)[-1]
+        event_id = f"pool-request/{record_id}/{what}"
         ctx.events.publish(type_=event.event_type, subject=event.subject, data=dict(event.data), id_=event_id)
+        if event.event_type in OUTCOME_EVENTS:  # the workbook's "pool requests by outcome" (infra/monitoring)
+            count_safely(getattr(ctx, "telemetry", None), "pool_requests_total", outcome=what.lower(),
+                         team=str(event.data.get("team") or "") or None)
 
     return send
 

@@ -134,6 +134,7 @@ def refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
         return Handled(Handling.REFUSED, f"refused ({code}, already reported): {reason}")
     publish_now(ctx, Record(kind=KIND, id="", state="", data=dict(info)), Event.REFUSED, reason,
                 key=f"{info['fault']}|{code}", extra={"reason_code": code, "reason": reason})
+    metric(ctx, "remediation_refusals_total", 1, reason_code=code, signal=str(info.get("signal") or "npd"))
     if warn is not None:  # best effort: the port's create_event never raises
         kube, node = warn
         kube.create_event(node=node, reason=f"StewardRefused{code}", message=f"remediation refused: {reason}",

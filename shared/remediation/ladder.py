@@ -67,7 +67,7 @@ def end(record: Record, ctx: Context, kube: KubePort, state: State, *, now: floa
             kube_event(kube, node, done.record, f"Steward{state.title().replace('_', '')}", note,
                        "Normal" if state in (State.DONE, State.RELEASED) else "Warning")
     metric(ctx, "remediations_total", 1, outcome=str(state), condition=d.condition, rung=str(d.rung or "") or None,
-           dry_run=d.dry_run)
+           dry_run=d.dry_run, signal=d.signal)
     if state == State.DONE and not d.dry_run:
         metric(ctx, "time_to_repair_s", now - (d.since_ts or record.created_at), condition=d.condition,
                rung=str(d.rung or ""))
