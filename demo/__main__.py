@@ -37,10 +37,12 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from demo.dcgm_story import FORGERIES, DcgmStory, signal_settings
+from demo.narrate import Narrator, wrapped
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "demo" / "scenario.yaml"
@@ -181,7 +183,14 @@ def _with_node(value: Any, node: str) -> Any:
 
 def _say(clock: Any, text: str) -> None:
     stamp = time.strftime("%H:%M:%S", time.gmtime(clock.now()))
-    print(f"  [{stamp} fleet time] {text}", flush=True)
+    for line in wrapped(f"{stamp} fleet time", text):
+        print(line, flush=True)
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """The event's own time (CloudEvents ``time``, RFC 3339) as HH:MM:SS of fleet time."""
+    stamp = str(event.get("time") or "")
+    return f"{stamp[11:19]} fleet time" if len(stamp) >= 19 else "fleet time"
 
 
 def _last_note(record: Any) -> str:
@@ -248,6 +257,14 @@ def _signal_lines(record: Any) -> list[str]:
     return lines
 
 
+def _as_sentence(reason: Any) -> str:
+    """A rejection's problem as a sentence: ``field: problem (fix: ...)``, not raw JSON."""
+    if isinstance(reason, Mapping):
+        fix = reason.get("fix")
+        return f"{reason.get('field')}: {reason.get('problem')}" + (f" (fix: {fix})" if fix else "")
+    return str(reason)
+
+
 def _recorded(events: list[dict[str, Any]]) -> list[str]:
     """The signals a policy row only recorded (``Steward.Remediation.SignalRecorded``), one line each."""
     out = []
@@ -288,7 +305,7 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
                       f"{r.updated_at - r.created_at:.0f} fleet seconds")
             if kind == "pool-request" and r.state == "rejected":
                 for reason in (r.data.get("problems") or r.data.get("reasons") or [])[:8]:
-                    print(f"      · {reason if isinstance(reason, str) else json.dumps(reason)}")
+                    print(f"      · {_as_sentence(reason)}")
         print()
     try:
         from shared.migration import planner as migration
@@ -306,6 +323,13 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
     events: list[dict[str, Any]] = []
     try:
         events = _published(stack)
+        refused = [e for e in events if e.get("type") == "Steward.Remediation.Refused"]
+        print("Faulty nodes refused, and why (fleetctl why NODE says what would change):")
+        for e in refused or [{}]:
+            d = e.get("data") or {}
+            print("\n".join(wrapped("-", f"{d.get('node')} [{d.get('reason_code')}]: {d.get('reason')}"))
+                  if d else "  (none)")
+        print()
         recorded = _recorded(events)
         print("Signals only recorded (policy rows that act on nothing):")
         for line in recorded or ["(none)"]:
@@ -387,17 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         stack.submit(GREEDY_REQUEST, team="research")
         _say(fleet_clock, "someone with research's queue asks for 1,000 H100s on ml-platform, claiming to be "
                           f"ml-platform ({GREEDY_REQUEST['requestId']})")
-        seen: dict[tuple[str, str], str] = {}
+        narrator = Narrator()
         deadline = time.monotonic() + args.timeout
         finished, waiting = False, list[str]()
         records: dict[tuple[str, str], Any] = {}
         while time.monotonic() < deadline:
             player.play_due()
-            records = _snapshot(ctx)
-            for key, r in sorted(records.items(), key=lambda kv: kv[1].updated_at):
-                if seen.get(key) != r.state:
-                    seen[key] = r.state
-                    _say(fleet_clock, f"{_label(r)} -> {r.state}: {_last_note(r)}")
+            records = _snapshot(ctx)  # only to know when every story has ended; the story is told from the events
+            for event, text in narrator.new_lines(_published(stack)):
+                for line in wrapped(_event_time(event), text):
+                    print(line, flush=True)
             story.watch()
             finished, waiting = _finished(records, signals_left=len(player.pending))
             if finished:  # the DCGM story's own end is read from the published events: asked last
