@@ -35,8 +35,8 @@ def sentence(event: Mapping[str, Any]) -> str | None:
     d: Mapping[str, Any] = event.get("data") or {}
     family, _, what = type_.removeprefix("Steward.").partition(".")
     if family == "PoolRequest":
-        who = f"request {d.get('requestId')} ({d.get('requester') or 'unknown team'}, pool {d.get('poolName')} on " \
-              f"{_who(d)})"
+        pool = f"pool {d.get('poolName')} on " if d.get("poolName") else "on "
+        who = f"request {d.get('requestId')} ({d.get('requester') or 'unknown team'}, {pool}{_who(d)})"
         if what == "Rejected":
             return f"{who} rejected: {_problems(d)}"
         if what == "Accepted":
@@ -62,6 +62,12 @@ def sentence(event: Mapping[str, Any]) -> str | None:
         return f"the fleet breaker {what.lower()}: {d.get('reason') or d.get('note') or ''}".rstrip(": ")
     if family == "GpuNode":
         return None  # the sweep's fault report: the Remediation events tell what became of it
+    if family == "Signal" and what == "SeriesRefused":
+        return (f"{d.get('count')} DCGM series from workspace {d.get('workspace')} refused [{d.get('code')}], never "
+                f"acted on" + (f"; e.g. {d['examples'][0]}" if d.get("examples") else ""))
+    if family == "Signal" and what == "CountersInactive":
+        return (f"DCGM on {_who(d)}: the {d.get('exporter')} exporter does not export "
+                f"{', '.join(d.get('inactive') or [])}: those policy rows cannot fire there")
     if family == "Signal":
         return f"signal {_words(what)}: {d.get('reason') or d.get('note') or d.get('message') or ''}".rstrip(": ")
     return None

@@ -58,3 +58,18 @@ def test_long_lines_wrap_at_words_and_nothing_is_cut() -> None:
     lines = wrapped("14:03:07 fleet time", text, width=80)
     assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
     assert " ".join(" ".join(lines).split()[3:]) == text  # every word kept, whole
+
+
+def test_signal_reports_say_what_was_refused_and_what_cannot_fire() -> None:
+    refused = sentence(event("Steward.Signal.SeriesRefused", workspace="ws1", code="NotTheExporter", count=2,
+                             examples=["Hostname=aks-vision-0"]))
+    assert refused == ("2 DCGM series from workspace ws1 refused [NotTheExporter], never acted on; "
+                       "e.g. Hostname=aks-vision-0")
+    inactive = sentence(event("Steward.Signal.CountersInactive", exporter="managed", inactive=["ROW_REMAP"]))
+    assert inactive == "DCGM on ml-train: the managed exporter does not export ROW_REMAP: those policy rows cannot fire there"
+
+
+def test_a_request_without_a_valid_pool_name_is_still_a_sentence() -> None:
+    told = sentence(event("Steward.PoolRequest.Rejected", requestId="r", requester="t", poolName=None,
+                          reasons=["poolName: bad"]))
+    assert told == "request r (t, on ml-train) rejected: poolName: bad"
