@@ -3,6 +3,7 @@
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
 #   make up      a local stack (simulator, Azurite kept under .state/up, a host) to try fleetctl on, until Ctrl-C
+#   make test-browser   the browser lane: installs Debian's Chromium if missing, runs the demo, opens its timeline
 #   make aks-definitions   derive shared/kernel/definitions/*.json again from the Azure SDKs' models
 #   make lint    ruff, the import contracts (lint-imports, .importlinter) and mypy on shared/ and realkube/ (mypy.ini)
 #   make test-realkube   the real-control-plane lane: builds kube-apiserver, etcd, the controller manager,
@@ -10,7 +11,7 @@
 #                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
 
 .POSIX:
-.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions up
+.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions up chromium test-browser
 
 PYTHON = python3.11
 VENV = .venv
@@ -57,6 +58,14 @@ realkube-build: $(STAMP)
 
 test-realkube: realkube-build $(AZURITE)
 	$(PY) -m pytest -q -p no:cacheprovider tests/realkube
+
+# Debian's Chromium for the browser lane (headless; installed with apt-get when missing, as root on CI).
+chromium:
+	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+
+# The browser lane: the demo's timeline page opened in headless Chromium (tests/browser).
+test-browser: $(STAMP) $(AZURITE) chromium
+	$(PY) -m pytest -q -p no:cacheprovider tests/browser
 
 demo: $(STAMP) $(AZURITE)
 	$(PY) -m demo

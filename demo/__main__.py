@@ -365,6 +365,14 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
         print()
         if not dcgm_ok:
             print("The DCGM story did NOT hold (see above).")
+    try:
+        from fleetctl import timeline
+
+        page = stack.state_dir / "timeline.html"
+        shown = timeline.write(ctx.ledger, page)
+        print(f"Timeline of the {shown} remediations and migrations: {page} (fleetctl timeline writes one too)\n")
+    except Exception as exc:  # the report must not hide the rest because the page failed
+        print(f"(timeline not written: {exc})\n")
     if finished:
         print("Every story ended.")
     else:

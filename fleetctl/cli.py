@@ -9,6 +9,7 @@ what kind it was (:data:`EXIT_CODES`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,6 +127,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", action="store_true", help="NAME is an agent pool: explain its migration")
     p.add_argument("--cluster", help="the cluster's name (when the name is not unique, or nothing is recorded yet)")
     p.add_argument("--ledger-only", action="store_true", help="do not call ARM or the cluster")
+    _output(p)
+
+    p = sub.add_parser("timeline", help="write every remediation and migration on one time axis as an HTML page",
+                       description="One row per remediation (node) and migration (pool), a mark per step the "
+                                   "steward recorded (fault, admission, cordon, drain, each rung, verification, "
+                                   "outcome), its note as the tooltip. A self-contained page: no script, nothing "
+                                   "fetched. Read-only.")
+    p.add_argument("--out", default="timeline.html", metavar="FILE", help="where to write the page (timeline.html)")
+    p.add_argument("--kind", choices=("all", records.REMEDIATION, records.MIGRATION), default="all",
+                   help="only remediations or only migrations")
     _output(p)
     return parser
 
@@ -458,6 +469,21 @@ def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> 
     return OK
 
 
+def cmd_timeline(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> int:
+    from fleetctl import timeline
+
+    kinds = (records.REMEDIATION, records.MIGRATION) if args.kind == "all" else (args.kind,)
+    chosen = [s for s in timeline.stories(_ledger(settings)) if s.kind in kinds]
+    try:
+        Path(args.out).write_text(timeline.render(chosen), encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot write {args.out}: {error.strerror or error}", USAGE) from None
+    view = {"file": str(Path(args.out).resolve()), "stories": timeline.summary(chosen)}
+    print(render.output(view, args.output, lambda wide: f"wrote {view['file']}: {len(chosen)} stories"
+                        + ("" if chosen else " (nothing recorded yet)")), file=out)
+    return OK
+
+
 def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any]:
     ledger = _ledger(settings)
     requests = records.list_records(ledger, records.POOL_REQUEST)
@@ -474,8 +500,6 @@ def status_data(settings: dict[str, str], *, ledger_only: bool) -> dict[str, Any
         "signals": _signal_lines(settings),
     }
     data["safety"] = safety_state(settings, data)
-    last = records.get_record(ledger, "sweep", "last")
-    data["last_sweep"] = dict(last.data) if last is not None else None
     if not ledger_only:
         from fleetctl.fleet import build_context, fleet_view
 
@@ -541,20 +565,15 @@ def _safety_lines(safety: dict[str, Any], clusters: list[dict[str, Any]] | None)
     return lines
 
 
-def _sweep_line(last: dict[str, Any] | None) -> str:
-    """What the last health sweep saw, skipped nodes named by reason (the start-up grace, a node being deleted...)."""
-    if not last:
-        return "last sweep: none recorded yet"
-    skipped = last.get("skipped") or {}
-    parts = [f"{last.get('healthy', 0)} healthy", f"{last.get('unhealthy', 0)} unhealthy",
-             f"{last.get('pending', 0)} pending (fault not yet past its threshold)", f"{last.get('unknown', 0)} unknown"]
+def _evaluation_text(ev: dict[str, Any]) -> str:
+    """The sweep's buckets for one cluster's GPU nodes, skipped nodes counted by reason (the start-up grace...)."""
+    parts = [f"{ev['healthy']} healthy", f"{ev['unhealthy']} unhealthy", f"{ev['pending']} pending (fault not yet past "
+             f"its threshold)", f"{ev['unknown']} unknown"]
+    skipped = ev.get("skipped") or {}
     if skipped:
-        parts.append(f"{sum(skipped.values())} skipped (" + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) + ")")
-    line = (f"last sweep {render.when(last.get('at'))}: {last.get('nodes', 0)} GPU nodes in {last.get('clusters', 0)} "
-            f"clusters: " + ", ".join(parts))
-    if last.get("errors"):
-        line += f"; {last['errors']} errors: " + "; ".join(last.get("first_errors") or [])
-    return line
+        parts.append(f"{sum(skipped.values())} skipped (" + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items()))
+                     + ")")
+    return ", ".join(parts)
 
 
 def _signal_lines(settings: dict[str, str]) -> list[str]:
@@ -580,6 +599,8 @@ def _status_text(data: dict[str, Any]) -> str:
             lines.append(f"  {cluster['name']} ({cluster['location']}"
                          + (", node auto-provisioning" if cluster["node_provisioning_mode"] == "Auto" else "") + ")"
                          + (f"  ERROR {cluster['error']}" if cluster["error"] else ""))
+            if cluster.get("evaluation"):
+                lines.append("    GPU nodes now, as the sweep judges them: " + _evaluation_text(cluster["evaluation"]))
             if cluster["pools"]:
                 table = render.table(("POOL", "SIZE", "GPU", "GPU STACK", "NODES", "READY", "CORDONED", "STATE"),
                                      [(p["name"], p["vm_size"], p["gpu"], p["management"], p["nodes"], p["ready"],
@@ -601,7 +622,6 @@ def _status_text(data: dict[str, Any]) -> str:
                   + f": {v['last_error']}" for v in flight if v.get("last_error")]
     lines.append(_breaker_text(data["breaker"]))
     lines += _safety_lines(data.get("safety") or {"error": "not computed"}, data["clusters"])
-    lines.append(_sweep_line(data.get("last_sweep")))
     lines += data.get("signals") or []
     migrations = data["migrations"]
     lines.append(f"migrations: {len(migrations)}")
@@ -635,7 +655,7 @@ def cmd_status(args: argparse.Namespace, settings: dict[str, str], out: TextIO) 
 
 
 COMMANDS = {"submit": cmd_submit, "requests": cmd_requests, "status": cmd_status, "remediations": cmd_remediations,
-            "breaker": cmd_breaker, "plan": cmd_plan, "why": cmd_why}
+            "breaker": cmd_breaker, "plan": cmd_plan, "why": cmd_why, "timeline": cmd_timeline}
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -649,6 +669,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.endpoints:
             settings = config.with_endpoints(settings, args.endpoints)
             config.use_fleet_clock(args.endpoints)
+            # The simulator's identity endpoint is the platform's, as App Service sets it: it wins over a
+            # stale one left in the environment (another simulator's), which would only refuse connections.
+            for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER"):
+                if settings.get(name):
+                    os.environ[name] = settings[name]
         config.export(settings)
         return COMMANDS[args.command](args, settings, stream)
     except CliError as error:

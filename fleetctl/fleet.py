@@ -62,6 +62,9 @@ def fleet_view(ctx: Any) -> list[dict[str, Any]]:
             if gpu_pools:
                 for node in ctx.access.kube(cluster.id).list_nodes():
                     nodes_by_pool[node.pool].append(node)
+            gpu_nodes = [n for pool, _ in gpu_pools for n in nodes_by_pool.get(pool.name, [])]
+            if gpu_nodes:
+                entry["evaluation"] = evaluation(ctx, gpu_nodes)
             for pool, model in gpu_pools:
                 nodes = nodes_by_pool.get(pool.name, [])
                 entry["pools"].append({
@@ -75,6 +78,23 @@ def fleet_view(ctx: Any) -> list[dict[str, Any]]:
             entry["error"] = f"{type(error).__name__}: {error}"
         clusters.append(entry)
     return clusters
+
+
+def evaluation(ctx: Any, nodes: list[Any]) -> dict[str, Any]:
+    """The GPU nodes as the sweep judges them now (its own function, shared.remediation.health.evaluate): healthy,
+    unhealthy, pending, unknown, and the skipped ones by reason (the start-up grace, a node being deleted...)."""
+    from shared.remediation import health
+    from shared.remediation.policy import RemediationPolicy
+
+    policy = getattr(ctx.settings, "remediation", None) or RemediationPolicy()
+    result = health.evaluate(nodes, now=ctx.clock.now(), policy=policy)
+    skipped: dict[str, int] = {}
+    for _, reason in result.skipped:
+        key = reason.split(":", 1)[0]
+        skipped[key] = skipped.get(key, 0) + 1
+    return {"healthy": len(result.healthy), "unhealthy": len({f.node.name for f in result.unhealthy}),
+            "pending": len({f.node.name for f in result.pending}), "unknown": len({n.name for n, _ in result.unknown}),
+            "skipped": skipped}
 
 
 def observe_plan(ctx: Any) -> Any:

@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
@@ -210,35 +208,6 @@ def _publish(ctx: Context, fault: Fault, *, now: float, policy: RemediationPolic
     )
 
 
-SWEEP_KIND, SWEEP_ID = "sweep", "last"
-"""One ledger row, overwritten by every sweep: what the last sweep saw (``fleetctl status`` shows it), so that
-nodes skipped during the start-up grace or left pending are visible without a log search. Bounded by
-construction (one row), never grows, needs no retention rule."""
-
-
-def record_summary(ctx: Context, report: SweepReport, *, now: float) -> None:
-    """Write the last sweep's counts (best effort: a sweep's work never depends on it)."""
-    from shared.kernel.errors import Conflict, NotFound
-    from shared.kernel.ports import Record
-
-    data = {"at": now, "clusters": report.clusters, "nodes": report.nodes, "healthy": report.healthy,
-            "unhealthy": report.unhealthy, "pending": report.pending, "unknown": report.unknown,
-            "skipped": dict(report.skipped), "published": report.published, "suppressed": report.suppressed,
-            "errors": len(report.errors), "first_errors": [e[:200] for e in report.errors[:3]],
-            "breaker": report.breaker, "next_check": report.next_check}
-    try:
-        current = ctx.ledger.get(SWEEP_KIND, SWEEP_ID)
-        if current is None:
-            ctx.ledger.create(Record(kind=SWEEP_KIND, id=SWEEP_ID, state="done", data=data, created_at=now,
-                                     updated_at=now))
-        elif float(current.data.get("at") or 0) <= now:  # a late sweep never hides a newer one
-            ctx.ledger.save(msgspec.structs.replace(current, data=data, updated_at=now))
-    except (Conflict, NotFound):
-        pass  # another instance wrote its own summary at the same moment
-    except StewardError as exc:
-        log.warning("the sweep's summary was not recorded: %s", exc)
-
-
 def sweep(ctx: Context) -> SweepReport:
     """Evaluate every GPU node in scope, feed the breaker, publish the unhealthy faults."""
     policy = ctx.settings.remediation or RemediationPolicy()
@@ -288,7 +257,6 @@ def sweep(ctx: Context) -> SweepReport:
                 metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
-    record_summary(ctx, report, now=now)
     log.info("sweep: %s", report.summary())
     return report
 

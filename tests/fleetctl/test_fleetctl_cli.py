@@ -18,7 +18,7 @@ from fleetctl import cli, fleet, submit
 from shared.kernel.ports import ClusterInfo, Condition, NodeView, PoolInfo, Record
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["submit", "requests", "status", "remediations", "breaker", "plan"]
+COMMANDS = ["submit", "requests", "status", "remediations", "breaker", "plan", "why", "timeline"]
 CLUSTER = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg"
            "/providers/Microsoft.ContainerService/managedClusters/c1")
 REQUEST = {"schemaVersion": "1", "requestId": "team-a-001", "requester": "team-a@example.com", "cluster": CLUSTER,
@@ -243,7 +243,11 @@ def test_status_shows_gpu_pools_managed_or_not_with_node_readiness(ledger: Any, 
     settings = types.SimpleNamespace(subscriptions=("00000000-0000-0000-0000-000000000001",),
                                      cluster_tag=("gpu-fleet-steward", "enabled"), cluster_ids=())
     access = types.SimpleNamespace(aks=lambda: _FakeAks(), kube=lambda cluster_id: _FakeKube())
-    monkeypatch.setattr(fleet, "build_context", lambda **_: types.SimpleNamespace(settings=settings, access=access))
+    from shared.kernel.clock import ManualClock
+
+    clock = ManualClock(1_764_684_000.0)
+    monkeypatch.setattr(fleet, "build_context",
+                        lambda **_: types.SimpleNamespace(settings=settings, access=access, clock=clock))
     ledger.create(_record("pool-request", "team-a-001", "creating"))
     ledger.create(_record("remediation", "r1-1", "cordoned", cluster=CLUSTER, node="a1", condition="XIDErrors"))
     ledger.create(_record("migration", "m1", "draining", cluster_id=CLUSTER, cluster_name="c1", pool="legacy",
@@ -261,6 +265,10 @@ def test_status_shows_gpu_pools_managed_or_not_with_node_readiness(ledger: Any, 
     text = run("status")[1]
     assert "clusters in scope: 1" in text and "managed" in text and "remediations in flight: 1" in text
     assert "1/4 nodes" in text
+    # the sweep's own judgement of the GPU nodes now: a cordon not ours and a NotReady node are skipped, with why
+    assert cluster["evaluation"] == {"healthy": 0, "unhealthy": 0, "pending": 0, "unknown": 2,
+                                     "skipped": {"cordoned-by-other": 1, "not-ready": 1}}
+    assert "GPU nodes now, as the sweep judges them: 0 healthy, 0 unhealthy" in text
 
 
 def test_status_says_which_dcgm_rows_a_clusters_exporter_leaves_inactive(ledger: Any,

@@ -260,13 +260,3 @@ def test_status_shows_the_safety_state_and_the_budgets_in_use(ledger: Any, monke
     assert "breaker open: 0 unhealthy in the last 600 s, opens at 30%" in out
     data = json.loads(run("status", "--ledger-only", "-o", "json")[1])["safety"]
     assert data["remediation_dry_run"] is True and data["budgets"]["fleet_max_in_flight"] == 4
-
-
-def test_status_shows_what_the_last_sweep_skipped(ledger: Any) -> None:
-    assert "last sweep: none recorded yet" in run("status", "--ledger-only")[1]
-    ledger.create(Record(kind="sweep", id="last", state="done", created_at=1_764_684_000.0, updated_at=1_764_684_000.0,
-                         data={"at": 1_764_684_000.0, "clusters": 3, "nodes": 20, "healthy": 6, "unhealthy": 1,
-                               "pending": 0, "unknown": 0, "skipped": {"starting": 13}, "errors": 0}))
-    out = run("status", "--ledger-only")[1]
-    assert ("last sweep 2025-12-02T14:00:00Z: 20 GPU nodes in 3 clusters: 6 healthy, 1 unhealthy, 0 pending "
-            "(fault not yet past its threshold), 0 unknown, 13 skipped (starting 13)") in out

@@ -86,3 +86,10 @@ def test_mypy_is_configured_for_python_3_11_with_unused_ignores_reported() -> No
     assert not parser.getboolean("mypy", "ignore_missing_imports", fallback=False), "only per SDK, never global"
     assert {section for section in parser.sections() if parser.getboolean(section, "ignore_missing_imports",
                                                                            fallback=False)} == {"mypy-yaml"}
+
+
+def test_ci_runs_the_browser_lane_after_the_tests() -> None:
+    commands = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert commands.index("make test") < commands.index("make test-browser")
+    assert "tests/browser" in (REPO / "Makefile").read_text(encoding="utf-8")

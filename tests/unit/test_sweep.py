@@ -58,20 +58,6 @@ def test_pending_missing_and_skipped_nodes_are_counted_but_not_published() -> No
     assert report.next_check == now + 240
 
 
-def test_the_last_sweep_is_one_row_saying_what_it_skipped_and_a_later_sweep_replaces_it() -> None:
-    """Issue 22: nodes skipped in the start-up grace are visible (fleetctl status) without a log search."""
-    fleet = Fleet()
-    now = fleet.clock.now()
-    fleet.kube.add(make_node("new", created=now - 10), make_node("old", created=now - 9999))
-    sweep.sweep(fleet.ctx())
-    (row,) = fleet.ledger.list(sweep.SWEEP_KIND)
-    assert row.data["skipped"] == {health.SKIP_STARTING: 1} and row.data["at"] == now and row.data["nodes"] == 2
-    fleet.clock.advance(600)
-    sweep.sweep(fleet.ctx())
-    (row,) = fleet.ledger.list(sweep.SWEEP_KIND)
-    assert row.data["skipped"] == {} and row.data["at"] == now + 600
-
-
 def test_only_gpu_nodes_are_listed() -> None:
     fleet = Fleet()
     fleet.pool(2)
