@@ -433,7 +433,7 @@ def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> 
             try:
                 ctx = build_context(ledger=ledger)
                 plan, off = observe_plan(ctx), _migration_off(ctx)
-            except (FleetUnavailable, Exception) as error:  # the ledger part still answers
+            except Exception as error:  # the ledger part still answers, whatever stopped the live part
                 note = f"the plan was not computed: {' '.join(str(error).split())}"
         story = why.pool_story(ledger, args.name, cluster=args.cluster, plan=plan)
         story["note"] = note
@@ -459,7 +459,7 @@ def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> 
                 story["now"] = why.evaluation(ctx, cluster_id, args.name)
             else:
                 story["now_error"] = "no cluster recorded for it: give --cluster NAME"
-        except (FleetUnavailable, Exception) as error:  # the ledger part still answers
+        except Exception as error:  # the ledger part still answers, whatever stopped the live part
             story["now_error"] = " ".join(str(error).split())[:300]
     gone = story["now"] is not None and story["now"]["bucket"] == "gone"
     if not refusals and not remediations and (gone or (story["now"] is None and args.cluster is None)):
@@ -514,7 +514,7 @@ def safety_state(settings: dict[str, str], data: dict[str, Any]) -> dict[str, An
     """What stops or limits the steward now, fleet-wide and per cluster: pause, dry run, whether migration runs,
     the breaker and its window, and the remediation budgets in use against their limits (the app's own
     settings readers, so a default here is the app's default)."""
-    from shared.kernel.env import SettingError
+    from shared.kernel.env import SettingError, env_bool
     from shared.migration.policy import MigrationPolicy
     from shared.remediation.policy import RemediationPolicy
 
@@ -528,7 +528,7 @@ def safety_state(settings: dict[str, str], data: dict[str, Any]) -> dict[str, An
         by_cluster[str(v["cluster"])] = by_cluster.get(str(v["cluster"]), 0) + 1
     breaker = data["breaker"]
     return {
-        "paused": str(settings.get("STEWARD_PAUSED", "")).strip().lower() in ("1", "true", "yes", "on"),
+        "paused": env_bool("STEWARD_PAUSED", False, env=settings),
         "remediation_dry_run": rem.dry_run, "migration_enabled": mig.enabled,
         "breaker": {"state": breaker["state"], "enabled": rem.breaker_enabled,
                     "unhealthy_in_window": breaker["unhealthy_in_window"], "window_s": rem.breaker_window_s,

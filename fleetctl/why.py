@@ -48,15 +48,13 @@ def remediations(ledger: Any, node: str, *, cluster: str | None = None) -> list[
 
 
 def safety(ledger: Any, settings: dict[str, str]) -> dict[str, Any]:
-    """What stops or limits every remediation, fleet-wide, right now."""
+    """What stops or limits every remediation, fleet-wide, right now (the app's own setting readers)."""
+    from shared.kernel.env import env_bool
+
     breaker = records.breaker_view(records.get_record(ledger, records.BREAKER, "fleet"))
     return {"breaker": breaker["state"], "breaker_reason": breaker["reason"],
-            "paused": _truthy(settings.get("STEWARD_PAUSED")),
-            "dry_run": _truthy(settings.get("REMEDIATION_DRY_RUN"))}
-
-
-def _truthy(value: str | None) -> bool:
-    return str(value or "").strip().lower() in ("1", "true", "yes", "on")
+            "paused": env_bool("STEWARD_PAUSED", False, env=settings),
+            "dry_run": env_bool("REMEDIATION_DRY_RUN", False, env=settings)}
 
 
 def evaluation(ctx: Any, cluster_id: str, node: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from azure.data.tables import TableServiceClient
 
 from fleetctl import cli
 from shared.kernel.ports import Record
+from shared.remediation.refusals import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -224,10 +225,8 @@ def test_why_a_node_names_the_refusal_its_rule_its_settings_and_what_would_chang
     assert story["refusals"][0]["settings"] == ["BUDGET_POOL_MAX_UNAVAILABLE", "BUDGET_POOL_MAX_UNAVAILABLE_PERCENT"]
 
 
-@pytest.mark.parametrize("code", sorted(__import__("shared.remediation.refusals", fromlist=["RULES"]).RULES))
+@pytest.mark.parametrize("code", sorted(RULES))
 def test_why_explains_every_kind_of_refusal(ledger: Any, code: str) -> None:
-    from shared.remediation.refusals import RULES
-
     ledger.create(refusal(code, f"refused for {code}"))
     out = run("why", "aks-gpu1-0-vmss000002", "--ledger-only")[1]
     rule = RULES[code]
