@@ -119,10 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     _output(p)
 
     p = sub.add_parser("why", help="why a node was (not) repaired, or a pool (not) migrated, and what would change",
-                       description="What the steward decided about a GPU node (its refusals, each with the rule "
-                                   "and settings behind it and what would have to change; its remediations; the "
-                                   "safety state; the node's evaluation now) or, with --pool, about a pool's "
-                                   "migration (its record, or the plan's decision). Read-only.")
+                       description="What the steward decided about a GPU node (its refusals and the sweep's "
+                                   "skips while it was faulty, each with the rule and settings behind it and what "
+                                   "would have to change; its remediations; the safety state; the node's evaluation "
+                                   "now) or, with --pool, about a pool's migration (its record, or the plan's "
+                                   "decision). Read-only.")
     p.add_argument("name", metavar="NODE|POOL", help="a node name, or a pool name with --pool")
     p.add_argument("--pool", action="store_true", help="NAME is an agent pool: explain its migration")
     p.add_argument("--cluster", help="the cluster's name (when the name is not unique, or nothing is recorded yet)")
@@ -445,10 +446,11 @@ def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> 
         return OK
     refusals = why.refusals(ledger, args.name, cluster=args.cluster)
     remediations = why.remediations(ledger, args.name, cluster=args.cluster)
-    story: dict[str, Any] = {"node": args.name, "cluster": args.cluster, "refusals": refusals,
+    skips = why.skips(ledger, args.name, cluster=args.cluster)
+    story: dict[str, Any] = {"node": args.name, "cluster": args.cluster, "refusals": refusals, "skips": skips,
                              "remediations": remediations, "safety": why.safety(ledger, settings), "now": None,
                              "now_error": "--ledger-only" if args.ledger_only else ""}
-    recorded = next((str(x.get("cluster_id") or x.get("cluster") or "") for x in [*remediations, *refusals]
+    recorded = next((str(x.get("cluster_id") or x.get("cluster") or "") for x in [*remediations, *refusals, *skips]
                      if x.get("cluster_id") or str(x.get("cluster") or "").startswith("/subscriptions/")), "")
     if not args.ledger_only:
         try:
@@ -462,7 +464,7 @@ def cmd_why(args: argparse.Namespace, settings: dict[str, str], out: TextIO) -> 
         except Exception as error:  # the ledger part still answers, whatever stopped the live part
             story["now_error"] = " ".join(str(error).split())[:300]
     gone = story["now"] is not None and story["now"]["bucket"] == "gone"
-    if not refusals and not remediations and (gone or (story["now"] is None and args.cluster is None)):
+    if not refusals and not remediations and not skips and (gone or (story["now"] is None and args.cluster is None)):
         raise CliError(f"nothing recorded about node {args.name!r}" + (" and it is not in the cluster" if gone else
                        " (give --cluster NAME to read it from the cluster)"), NOT_FOUND)
     print(render.output(story, args.output, lambda wide: why.node_text(story, wide=wide)), file=out)

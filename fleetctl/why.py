@@ -2,7 +2,9 @@
 what would have to change, from the records the steward keeps (no log search).
 
 For a node: the refusals recorded for its faults (``dedupe`` ``refused-<fault>-<code>`` rows, one per fault
-and code, expiring after ``LEDGER_DEDUPE_RETENTION_DAYS``), each explained by its rule
+and code, expiring after ``LEDGER_DEDUPE_RETENTION_DAYS``) and the sweep's skips of it while it was faulty
+(``decision`` ``skip-<fault>-<code>`` rows, shared.remediation.decisions, expiring after
+``LEDGER_DECISION_RETENTION_DAYS``), each explained by its rule
 (shared.remediation.refusals), its remediations and their history, the safety state that applies
 (breaker, pause, dry run), and, when the cluster can be reached, the node's evaluation now (the same pure
 function the sweep runs: shared.remediation.health.evaluate). For a pool: its migration record, or the
@@ -37,6 +39,23 @@ def refusals(ledger: Any, node: str, *, cluster: str | None = None) -> list[dict
         rule = explain(code)
         out.append({"at": r.created_at, "code": code, "reason": r.data.get("reason") or "",
                     "cluster": r.data.get("cluster"), "rule": rule.rule, "settings": list(rule.settings),
+                    "passes": rule.passes, "to_repair": rule.to_repair})
+    return sorted(out, key=lambda x: x["at"] or 0, reverse=True)
+
+
+def skips(ledger: Any, node: str, *, cluster: str | None = None) -> list[dict[str, Any]]:
+    """The sweep's skips of ``node`` while it carried a fault, newest first, each with its rule."""
+    from shared.remediation import decisions
+    from shared.remediation.refusals import explain
+
+    out = []
+    for r in records.list_records(ledger, decisions.KIND):
+        d = decisions.load(r)
+        if d is None or d.node != node or not _matches({"cluster": d.cluster}, cluster=cluster):
+            continue
+        rule = explain(d.code)
+        out.append({"at": d.at, "code": d.code, "reason": d.reason, "condition": d.condition, "since": d.since,
+                    "cluster": d.cluster, "pool": d.pool, "rule": rule.rule, "settings": list(rule.settings),
                     "passes": rule.passes, "to_repair": rule.to_repair})
     return sorted(out, key=lambda x: x["at"] or 0, reverse=True)
 
@@ -92,8 +111,13 @@ def node_text(story: dict[str, Any], *, wide: bool) -> str:
     lines.append(f"safety: breaker {s['breaker']}" + (f" ({s['breaker_reason']})" if s["breaker_reason"] else "")
                  + ("; STEWARD_PAUSED" if s["paused"] else "") + ("; REMEDIATION_DRY_RUN: acts on nothing"
                                                                    if s["dry_run"] else ""))
-    if not story["refusals"] and not story["remediations"]:
-        lines.append("decisions: none recorded for this node (no refusal, no remediation)")
+    if not story["refusals"] and not story["remediations"] and not story.get("skips"):
+        lines.append("decisions: none recorded for this node (no refusal, no skip, no remediation)")
+    for k in story.get("skips", [])[: None if wide else 5]:
+        lines.append(f"skipped {render.when(k['at'])} [{k['code']}]: {k['reason']}, while {k['condition']} was True "
+                     f"since {render.when(k['since'])}")
+        lines.append(f"  rule: {k['rule']}" + (f" (settings: {', '.join(k['settings'])})" if k["settings"] else ""))
+        lines.append(f"  {'passes by itself when' if k['passes'] else 'needs a person:'} {k['to_repair']}")
     for r in story["refusals"][: None if wide else 5]:
         lines.append(f"refused {render.when(r['at'])} [{r['code']}]: {r['reason']}")
         lines.append(f"  rule: {r['rule']}" + (f" (settings: {', '.join(r['settings'])})" if r["settings"] else ""))

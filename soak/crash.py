@@ -7,6 +7,10 @@ write loses nothing but the rest of the invocation (claims and leases stay behin
 expire). :class:`CrashingLedger` raises :class:`HostCrashed` at the chosen write, before or after
 it; the exception derives from ``BaseException`` so that no ``except Exception`` in the app can
 swallow it, as no code survives a killed process. The dead host's context is then thrown away.
+
+Rows that are notes, not steps (``decision``: a faulty node the sweep set aside, shared.remediation.decisions)
+are written through without being counted: no step reads them, so there is no "between two steps" around
+them, and counting them would move every later crash point whenever a skip is recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.kernel.ports import Record
+from shared.remediation import decisions
+
+NOTE_KINDS = frozenset({decisions.KIND})
 
 
 class HostCrashed(BaseException):
@@ -46,6 +53,8 @@ class CrashingLedger:
 
     def _write(self, what: str, record: Record, fn: Any) -> Record:
         self._check_alive()
+        if record.kind in NOTE_KINDS:
+            return fn(record)  # type: ignore[no-any-return]
         with self._lock:
             self._writes += 1
             due = self._crash_at is not None and self._writes == self._crash_at

@@ -62,3 +62,6 @@ class Caches:
     health_vm_clusters: TtlCache[tuple[str, str], str] = field(default_factory=lambda: TtlCache(ttl_s=300.0, cap=2000))
     #: fault id -> when the sweep first measured its time to detect (measured once per fault).
     reported_faults: TtlCache[str, float] = field(default_factory=lambda: TtlCache(ttl_s=7 * 86400.0, cap=10_000))
+    #: decision row id -> when it was written (or found): a skip already recorded costs no write. A day at
+    #: most, shorter than the row's retention, so an expired row is written again while the skip lasts.
+    recorded_decisions: TtlCache[str, float] = field(default_factory=lambda: TtlCache(ttl_s=86400.0, cap=10_000))

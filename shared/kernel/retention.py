@@ -26,6 +26,8 @@ The defaults (docs/architecture.md, "Durable records", says the same per kind):
   action sent, a replace turn, a replacement claimed) and ``dcgm-report`` rows; a marker naming a
   remediation is kept while that remediation is active. An expired refusal marker means the refusal is
   reported once more if the fault is still refused.
+- ``LEDGER_DECISION_RETENTION_DAYS`` (2): ``decision`` rows (a faulty node the sweep set aside, and why:
+  shared.remediation.decisions), short-lived notes for ``fleetctl why``; written again while the skip lasts.
 - ``LEDGER_SIGNAL_RETENTION_DAYS`` (30): per-node signal rows (``dcgm-node``, ``gpu-capacity-node``) not
   written for that long; the DCGM sweep's own, shorter expiry (SIGNALS_DCGM_ROW_RETENTION_S) still applies.
 - ``budget`` and ``breaker`` are single rows, never expired.
@@ -69,6 +71,7 @@ class RetentionPolicy:
     rejection_days: int = 7
     dedupe_days: int = 7
     signal_days: int = 30
+    decision_days: int = 2
     max_deletes: int = 200
 
     @classmethod
@@ -79,6 +82,7 @@ class RetentionPolicy:
             rejection_days=env_int("LEDGER_REJECTION_RETENTION_DAYS", 7, env=env, minimum=0, maximum=3650),
             dedupe_days=env_int("LEDGER_DEDUPE_RETENTION_DAYS", 7, env=env, minimum=0, maximum=3650),
             signal_days=env_int("LEDGER_SIGNAL_RETENTION_DAYS", 30, env=env, minimum=0, maximum=3650),
+            decision_days=env_int("LEDGER_DECISION_RETENTION_DAYS", 2, env=env, minimum=0, maximum=3650),
             max_deletes=env_int("LEDGER_RETENTION_MAX_DELETES", 200, env=env, minimum=1, maximum=5000),
         )
 
@@ -121,6 +125,7 @@ def standard_rules(policy: RetentionPolicy) -> tuple[Rule, ...]:
         Rule("dcgm-report", dedupe),
         Rule("dcgm-node", signal),
         Rule("gpu-capacity-node", signal),
+        Rule("decision", policy.decision_days * DAY_S),
     )
 
 

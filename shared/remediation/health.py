@@ -60,6 +60,9 @@ class Evaluation:
     pending: list[Finding] = field(default_factory=list)
     unknown: list[tuple[NodeView, str]] = field(default_factory=list)  # (node, condition missing/Unknown)
     skipped: list[tuple[NodeView, str]] = field(default_factory=list)  # (node, reason)
+    #: (finding, skip reason): a skipped node that also carries a fault past its threshold. Not a fault to
+    #: publish (the skip wins), but a decision not to repair, recorded for the operator (shared.remediation.decisions).
+    skipped_faults: list[tuple[Finding, str]] = field(default_factory=list)
     next_check: float | None = None
 
     def _later(self, at: float) -> None:
@@ -102,6 +105,9 @@ class _Rules:
     skip_not_ready: bool
     thresholds: tuple[tuple[str, float], ...]
 
+    def threshold(self, condition: str) -> float:
+        return next(t for type_, t in self.thresholds if type_ == condition)
+
     @classmethod
     def of(cls, policy: RemediationPolicy) -> _Rules:
         return cls(policy.opt_out_label, tuple(policy.busy_taints), frozenset(policy.busy_taints),
@@ -141,6 +147,28 @@ def _skip(node: NodeView, *, now: float, rules: _Rules) -> str | None:
     return None
 
 
+def _judge(node: NodeView, *, now: float, rules: _Rules) -> tuple[list[Finding], list[Finding], list[str]]:
+    """The node's configured conditions: ``True`` past the threshold, ``True`` under it, and missing or
+    ``Unknown`` (a ``True`` without a transition time cannot be debounced: missing)."""
+    over: list[Finding] = []
+    under: list[Finding] = []
+    missing: list[str] = []
+    for type_, threshold in rules.thresholds:
+        cond = node.condition(type_)
+        if cond is None or cond.status not in ("True", "False"):
+            missing.append(type_)
+            continue
+        if cond.status != "True":
+            continue
+        transition = cond.last_transition
+        if transition is None:
+            missing.append(type_)
+            continue
+        since = float(transition)  # a plain float: what records store
+        (over if now >= since + threshold else under).append(Finding(node=node, condition=type_, since=since))
+    return over, under, missing
+
+
 def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy) -> Evaluation:
     """Sort ``nodes`` into buckets; ``next_check`` is the earliest time a pending finding crosses."""
     out = Evaluation()
@@ -151,29 +179,11 @@ def evaluate(nodes: Sequence[NodeView], *, now: float, policy: RemediationPolicy
             out.skipped.append((node, reason))
             if reason == SKIP_STARTING:
                 out._later(node.created + rules.startup_grace_s)
+            out.skipped_faults.extend((f, reason) for f in _judge(node, now=now, rules=rules)[0])
             continue
-        over: list[Finding] = []
-        under: list[Finding] = []
-        missing: list[str] = []
-        for type_, threshold in rules.thresholds:
-            cond = node.condition(type_)
-            if cond is None or cond.status not in ("True", "False"):
-                missing.append(type_)
-                continue
-            if cond.status != "True":
-                continue
-            transition = cond.last_transition
-            if transition is None:
-                missing.append(type_)  # True without a transition time cannot be debounced
-                continue
-            since = float(transition)  # a plain float: what records store
-            finding = Finding(node=node, condition=type_, since=since)
-            crosses = since + threshold
-            if now >= crosses:
-                over.append(finding)
-            else:
-                under.append(finding)
-                out._later(crosses)
+        over, under, missing = _judge(node, now=now, rules=rules)
+        for finding in under:
+            out._later(finding.since + rules.threshold(finding.condition))
         if over:
             out.unhealthy.extend(over)
         if under:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from shared.fleet import node_truth
 from shared.fleet.scope import PAUSED_TAG
-from shared.remediation import budget
+from shared.remediation import budget, health
 from shared.remediation.policy import OPT_OUT_LABEL
 from shared.remediation.records import GOING_AWAY
 
@@ -89,8 +89,35 @@ RULES: dict[str, RefusalRule] = {
         "the new node is judged again by the next sweep"),
 }
 
+#: The sweep's skips (shared.remediation.health ``_skip``): a faulty node set aside before any admission,
+#: recorded as a ``decision`` row (shared.remediation.decisions). tests/unit/test_refusal_rules.py keeps
+#: this table equal to health's SKIP_* codes.
+SKIP_RULES: dict[str, RefusalRule] = {
+    health.SKIP_OPTED_OUT: RefusalRule(
+        "the node opted out of remediation", (f"the node label {OPT_OUT_LABEL}=true",), False,
+        f"remove the node's label {OPT_OUT_LABEL}"),
+    health.SKIP_DELETING: RefusalRule(
+        "the node is being deleted (scale-down, upgrade surge, a deleted machine): AKS is taking it away", (),
+        True, "nothing: the node leaves; its replacement is judged on its own"),
+    health.SKIP_BUSY_TAINT: RefusalRule(
+        "the node carries a taint that says someone else is working on it (the reason names the taint)",
+        ("REMEDIATION_BUSY_TAINTS",), True, "whoever set the taint finishes and removes it"),
+    health.SKIP_BUSY_ANNOTATION: RefusalRule(
+        "the node carries an annotation that says someone else is working on it (the reason names it)",
+        ("REMEDIATION_BUSY_ANNOTATIONS",), True, "whoever set the annotation finishes and removes it"),
+    health.SKIP_CORDONED_BY_OTHER: RefusalRule(
+        "the node was cordoned by someone else (an AKS upgrade or node-image update, or a person investigating)",
+        (), False, "whoever cordoned it uncordons it (kubectl uncordon): the steward never uncordons a node it did not cordon"),
+    health.SKIP_STARTING: RefusalRule(
+        "the node is new: its start-up grace has not passed", ("REMEDIATION_STARTUP_GRACE_S",), True,
+        "the start-up grace since the node was created passes"),
+    health.SKIP_NOT_READY: RefusalRule(
+        "the node is NotReady: AKS node auto-repair's job, never raced", ("REMEDIATION_SKIP_NOT_READY",), True,
+        "the node becomes Ready again (AKS auto-repair), or REMEDIATION_SKIP_NOT_READY=false"),
+}
+
 
 def explain(code: str) -> RefusalRule:
     """The rule behind ``code``; an unknown code (a newer steward's) says so rather than guessing."""
-    return RULES.get(code) or RefusalRule(f"refusal code {code!r}, which this version does not describe", (), False,
-                                          "read the reason recorded with it")
+    return RULES.get(code) or SKIP_RULES.get(code) or RefusalRule(
+        f"refusal code {code!r}, which this version does not describe", (), False, "read the reason recorded with it")

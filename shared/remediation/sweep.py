@@ -24,7 +24,7 @@ from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
 from shared.kernel.timefmt import iso
-from shared.remediation import breaker, breaker_evidence, dcgm, gpu_capacity, health
+from shared.remediation import breaker, breaker_evidence, dcgm, decisions, gpu_capacity, health
 from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
@@ -65,6 +65,8 @@ class SweepReport:
     next_check: float | None = None
     breaker: str = ""
     faults: list[Fault] = field(default_factory=list)
+    skipped_faults: list[decisions.SkippedFault] = field(default_factory=list)  # recorded as decision rows
+    decisions: dict[str, int] = field(default_factory=dict)  # what recording them did
     dcgm: dict[str, Any] = field(default_factory=dict)  # shared.remediation.dcgm.DcgmSweep.summary()
     gpu_capacity: dict[str, Any] = field(default_factory=dict)  # shared.remediation.gpu_capacity.CapacitySweep.summary()
     breaker_evidence: dict[str, Any] = field(default_factory=dict)  # shared.remediation.breaker_evidence.Evidence.summary()
@@ -73,7 +75,8 @@ class SweepReport:
         return {"clusters": self.clusters, "nodes": self.nodes, "healthy": self.healthy, "unhealthy": self.unhealthy,
                 "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
                 "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
-                "next_check": self.next_check, "breaker": self.breaker, "dcgm": dict(self.dcgm),
+                "next_check": self.next_check, "breaker": self.breaker, "decisions": dict(self.decisions),
+                "dcgm": dict(self.dcgm),
                 "gpu_capacity": dict(self.gpu_capacity), "breaker_evidence": dict(self.breaker_evidence)}
 
 
@@ -92,6 +95,9 @@ def _fold(report: SweepReport, evaluation: health.Evaluation, *, cluster: str,
     for f in [*evaluation.unhealthy, *evaluation.pending]:
         key = node_key(cluster, f.node.name)
         observations[key] = min(f.since, observations.get(key, f.since))
+    for f, reason in evaluation.skipped_faults:
+        report.skipped_faults.append(decisions.SkippedFault(cluster=cluster, node=f.node.name, pool=health.pool_of(f.node),
+                                                            condition=f.condition, since=f.since, reason=reason))
     for f in evaluation.unhealthy:
         cond = f.node.condition(f.condition)
         report.faults.append(Fault(cluster=cluster, node=f.node.name, pool=health.pool_of(f.node), condition=f.condition,
@@ -257,6 +263,9 @@ def sweep(ctx: Context) -> SweepReport:
                 metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
+    if report.skipped_faults:
+        recorded = decisions.record_skips(ctx, report.skipped_faults, now=now)
+        report.decisions = {k: v for k, v in vars(recorded).items() if v}
     log.info("sweep: %s", report.summary())
     return report
 

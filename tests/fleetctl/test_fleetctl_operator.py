@@ -23,7 +23,7 @@ from azure.data.tables import TableServiceClient
 
 from fleetctl import cli
 from shared.kernel.ports import Record
-from shared.remediation.refusals import RULES
+from shared.remediation.refusals import RULES, SKIP_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -232,6 +232,40 @@ def test_why_explains_every_kind_of_refusal(ledger: Any, code: str) -> None:
     rule = RULES[code]
     assert f"[{code}]: refused for {code}" in out and rule.rule in out and rule.to_repair in out
     assert all(setting in out for setting in rule.settings)
+
+
+def skip(code: str, reason: str, *, node: str = "aks-gpu1-0-vmss000002") -> Record:
+    """A decision row as the sweep writes it (shared.remediation.decisions.record_skips)."""
+    from shared.remediation import decisions
+
+    cluster = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/"
+               "Microsoft.ContainerService/managedClusters/c1")
+    found = decisions.SkippedFault(cluster=cluster, node=node, pool="gpu1", condition="UnhealthyNvidiaDevicePlugin",
+                                   since=1_764_680_400.0, reason=reason)
+    data = decisions.SkipDecision(cluster=cluster, node=node, pool="gpu1", condition=found.condition, since=found.since,
+                                  code=code, reason=reason, at=1_764_684_000.0)
+    return Record(kind=decisions.KIND, id=found.row_id, state=decisions.SKIPPED, created_at=1_764_684_000.0,
+                  updated_at=1_764_684_000.0, data=decisions.to_data(data))
+
+
+@pytest.mark.parametrize("code", sorted(SKIP_RULES))
+def test_why_names_each_kind_of_skip_of_a_faulty_node_with_its_rule(ledger: Any, code: str) -> None:
+    ledger.create(skip(code, f"{code}:detail"))
+    result_code, out = run("why", "aks-gpu1-0-vmss000002", "--ledger-only")
+    rule = SKIP_RULES[code]
+    assert result_code == 0, out
+    assert (f"skipped 2025-12-02T14:00:00Z [{code}]: {code}:detail, while UnhealthyNvidiaDevicePlugin was True "
+            "since 2025-12-02T13:00:00Z") in out
+    assert rule.rule in out and rule.to_repair in out and all(setting in out for setting in rule.settings)
+    story = json.loads(run("why", "aks-gpu1-0-vmss000002", "--ledger-only", "-o", "json")[1])
+    assert [k["code"] for k in story["skips"]] == [code] and story["skips"][0]["passes"] is rule.passes
+
+
+def test_why_ignores_a_decision_row_it_cannot_read(ledger: Any) -> None:
+    ledger.create(Record(kind="decision", id="skip-forged", state="skipped", data={"node": "aks-gpu1-0-vmss000002"}))
+    ledger.create(refusal("cooldown", "remediated 10 minutes ago"))
+    out = run("why", "aks-gpu1-0-vmss000002", "--ledger-only")[1]
+    assert "[cooldown]" in out and "skipped" not in out
 
 
 def test_why_a_node_nothing_is_known_of_is_not_found_exit_3(env: dict[str, str], ledger: Any) -> None:

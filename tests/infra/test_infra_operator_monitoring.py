@@ -4,10 +4,10 @@
 The metrics and their dimensions are derived from the code, not typed twice: every call that records a metric
 (``metric(ctx, NAME, value, **dimensions)``, ``count_safely(telemetry, NAME, **dimensions)``,
 ``telemetry.record``/``count``) under shared/, with the instruments of shared/kernel/telemetry.py. The event
-types are the ones the jobs publish (their own constants). The workbook's JSON is checked against the shape
-the workbook schema requires of it (https://github.com/Microsoft/Application-Insights-Workbooks,
-schema/workbook.json: ``version`` "Notebook/1.0", ``items``; a query item is type 3 with ``content.version``
-"KqlItem/1.0", ``query``, ``queryType`` and ``resourceType``; a text item type 1 with ``content.json``).
+types are the ones the jobs publish (their own constants). The shape checked here (each query item's
+``query``, ``queryType`` and ``resourceType``) is what the workbook needs to run in a Log Analytics workspace,
+stricter than the published schema, which requires only ``type`` and ``content`` of a query item; the
+workbook is validated against that schema itself in tests/infra/test_infra_workbook_schema.py.
 """
 
 from __future__ import annotations

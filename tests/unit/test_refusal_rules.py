@@ -11,7 +11,8 @@ import ast
 import importlib
 from pathlib import Path
 
-from shared.remediation.refusals import RULES, explain
+from shared.remediation import health
+from shared.remediation.refusals import RULES, SKIP_RULES, explain
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +60,18 @@ def test_every_refusal_code_in_the_code_has_a_rule() -> None:
     assert missing == {}, "add a RefusalRule to shared.remediation.refusals.RULES for each"
 
 
+def test_every_skip_of_the_sweep_has_a_rule_and_no_other() -> None:
+    skips = {value for name, value in vars(health).items() if name.startswith("SKIP_") and isinstance(value, str)}
+    assert len(skips) >= 7, skips
+    assert set(SKIP_RULES) == skips
+
+
+def test_a_skip_code_and_a_refusal_code_never_share_a_name() -> None:
+    assert set(SKIP_RULES).isdisjoint(RULES)
+
+
 def test_every_rule_says_what_would_have_to_change() -> None:
-    assert all(rule.rule and rule.to_repair for rule in RULES.values())
+    assert all(rule.rule and rule.to_repair for rule in [*RULES.values(), *SKIP_RULES.values()])
 
 
 def test_an_unknown_code_is_said_to_be_unknown_not_guessed() -> None:

@@ -10,7 +10,7 @@ import pytest
 from shared.kernel import timefmt
 from shared.kernel.errors import Transient
 from shared.kernel.ports import ClusterInfo, NodeView
-from shared.remediation import breaker, health, sweep
+from shared.remediation import breaker, decisions, health, sweep
 from shared.remediation import records as remediation
 from shared.remediation.policy import DCGM, DEVICE_PLUGIN, RemediationPolicy
 from tests.unit.fakes_remediation import CLUSTER, SUB, FakeAks, FakeCompute, FakeKube, Fleet, make_node
@@ -56,6 +56,63 @@ def test_pending_missing_and_skipped_nodes_are_counted_but_not_published() -> No
     assert (report.pending, report.unknown, report.published) == (1, 1, 0)
     assert report.skipped == {health.SKIP_STARTING: 1, health.SKIP_OPTED_OUT: 1}
     assert report.next_check == now + 240
+
+
+def _skip_rows(fleet: Fleet) -> dict[str, dict[str, Any]]:
+    return {r.data["node"]: r.data for r in fleet.ledger.list(decisions.KIND)}
+
+
+def test_a_faulty_node_the_sweep_sets_aside_is_recorded_once_as_a_decision_with_its_reason() -> None:
+    fleet = Fleet()
+    now = fleet.clock.now()
+    fault = {DEVICE_PLUGIN: ("True", now - 9999), DCGM: ("False", now - 9999)}
+    fleet.kube.add(
+        make_node("opted", labels={"gpu-fleet-steward/opt-out": "true"}, conditions=fault),
+        make_node("theirs", unschedulable=True, conditions=fault),
+        make_node("opted-healthy", labels={"gpu-fleet-steward/opt-out": "true"}),
+        make_node("new-faulty-too-soon", created=now - 10,
+                  conditions={DEVICE_PLUGIN: ("True", now - 5), DCGM: ("False", now - 5)}),
+    )
+    ctx = fleet.ctx()
+    report = sweep.sweep(ctx)
+    assert report.published == 0 and report.decisions == {"written": 2}
+    rows = _skip_rows(fleet)
+    assert set(rows) == {"opted", "theirs"}, "a healthy skipped node, or a fault under its threshold, is no decision"
+    assert (rows["theirs"]["code"], rows["theirs"]["condition"], rows["theirs"]["since"]) == (
+        health.SKIP_CORDONED_BY_OTHER, DEVICE_PLUGIN, now - 9999)
+    fault_of = remediation.fault_id(CLUSTER, "opted", DEVICE_PLUGIN, now - 9999)
+    assert fleet.ledger.get(decisions.KIND, f"skip-{fault_of}-{health.SKIP_OPTED_OUT}") is not None
+    assert sweep.sweep(ctx).decisions == {"known": 2}, "the same process writes nothing again"
+    assert sweep.sweep(fleet.ctx()).decisions == {"known": 2}, "another instance finds the rows (insert-if-absent)"
+    assert len(fleet.ledger.list(decisions.KIND)) == 2
+
+
+def test_a_decision_that_cannot_be_written_never_stops_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = Fleet()
+    fleet.pool(3, unhealthy=[0])
+    now = fleet.clock.now()
+    fleet.kube.add(make_node("theirs", unschedulable=True, conditions={DEVICE_PLUGIN: ("True", now - 9999)}))
+    real_create = fleet.ledger.create
+
+    def create(record: Any) -> Any:
+        if record.kind == decisions.KIND:
+            raise Transient("table storage unavailable")
+        return real_create(record)
+
+    monkeypatch.setattr(fleet.ledger, "create", create)
+    report = sweep.sweep(fleet.ctx())
+    assert report.published == 1 and report.errors == [] and report.decisions == {"failed": 1}
+
+
+def test_a_sweep_writes_a_bounded_number_of_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decisions, "MAX_PER_SWEEP", 3)
+    fleet = Fleet()
+    now = fleet.clock.now()
+    fleet.kube.add(*[make_node(f"theirs-{i}", unschedulable=True, conditions={DEVICE_PLUGIN: ("True", now - 9999)})
+                     for i in range(5)])
+    ctx = fleet.ctx()
+    assert sweep.sweep(ctx).decisions == {"written": 3, "deferred": 2}
+    assert sweep.sweep(ctx).decisions == {"written": 2, "known": 3}
 
 
 def test_only_gpu_nodes_are_listed() -> None:
