@@ -22,7 +22,7 @@ AKS_SERVER_APP = "6dae42f8-4368-4678-94ff-3960e28e3630"
 #: The records the invariants read: the long jobs, and the DCGM sweep's node rows and the fleet breaker
 #: (soak/forgery_invariants.py: no row for a phantom node, no breaker opened by forged series), and the per-node
 #: rows whose attempts say which remediations admission created (soak/forged_row_invariants.py).
-KINDS = ("remediation", "migration", "pool-request", "dcgm-node", "breaker", "remediation-node")
+KINDS = ("remediation", "migration", "pool-request", "dcgm-node", "breaker", "remediation-node", "dedupe", "decision")
 
 
 def kube_nodes(sim: Any, cluster: Mapping[str, Any]) -> list[dict[str, Any]]:

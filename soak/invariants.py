@@ -22,6 +22,9 @@ node object, every ledger record, the per-step budget samples, the driver's log)
 9. ``app-error``: no invocation died of an exception that is not one of the app's own answers.
 10. ``liveness``: the app really worked on this fleet: a configured condition that turned True was
     reported (a run where the app could not reach the fleet would otherwise pass every check).
+10b. ``explained``: every refusal and every skip of a faulty node the run recorded (``dedupe``
+    ``refused-*``, ``decision`` ``skip-*``) has a rule ``fleetctl why`` can name (shared.remediation.refusals):
+    a code with no rule would leave the operator guessing (issue 22).
 
 Under the stricter faults of issue 10 (soak/strict.py), 11-16 in soak/strict_invariants.py: no record
 fails on permissions, namespaces go only when deleted, a refused drain evicted nothing, a locked node
@@ -404,8 +407,24 @@ def check_liveness(evidence: Evidence) -> list[Violation]:
     return []
 
 
-CHECKS = (check_liveness, check_oracles, check_budgets, check_outcomes, check_ledger, check_repairs, check_false_positives,
-          check_app_errors)
+def check_explained(evidence: Evidence) -> list[Violation]:
+    from shared.remediation import decisions
+    from shared.remediation.refusals import RULES, SKIP_RULES
+
+    out = []
+    for rec in evidence.records.get("dedupe", []):
+        code = str(rec.data.get("reason_code") or "")
+        if rec.id.startswith("refused-") and code not in RULES:
+            out.append(Violation("explained", f"refusal {rec.id} has code {code!r}, which no rule explains"))
+    for rec in evidence.records.get(decisions.KIND, []):
+        decision = decisions.load(rec)
+        if decision is None or decision.code not in SKIP_RULES:
+            out.append(Violation("explained", f"decision {rec.id} is not a skip any rule explains: {rec.data}"))
+    return out
+
+
+CHECKS = (check_liveness, check_explained, check_oracles, check_budgets, check_outcomes, check_ledger, check_repairs,
+          check_false_positives, check_app_errors)
 
 
 def check_all(evidence: Evidence) -> list[Violation]:

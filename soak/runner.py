@@ -235,6 +235,11 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                 result.notes.append(f"{kind} {rec.id} {rec.state}{where}: {_why(rec)}")
                 if kind == "remediation":
                     result.outcomes.update(f"  {path}" for path in _paths(rec))
+        for rec in own.records.get("dedupe", []):  # what fleetctl why explains (soak.invariants check_explained)
+            if rec.id.startswith("refused-"):
+                result.outcomes[f"refusal recorded: {rec.data.get('reason_code')}"] += 1
+        for rec in own.records.get("decision", []):
+            result.outcomes[f"skip of a faulty node recorded: {rec.data.get('code')}"] += 1
         result.violations = check_all(evidence)
     except Exception as error:
         result.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"
