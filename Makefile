@@ -2,6 +2,7 @@
 #   make test    the whole test suite (installs what it needs, starts Azurite and the simulator itself)
 #   make demo    the storyline on the simulator        make bench   benchmarks -> bench-results.json
 #   make soak    seeded fault-injection soak (SOAK_RUNS, default 1000)
+#   make test-soak   the soak's lane of the tests (tests/soak: pinned seeds, a short soak, the invariants)
 #   make up      a local stack (simulator, Azurite kept under .state/up, a host) to try fleetctl on, until Ctrl-C
 #   make test-browser   the browser lane: installs Debian's Chromium if missing, runs the demo, opens its timeline
 #   make aks-definitions   derive shared/kernel/definitions/*.json again from the Azure SDKs' models
@@ -11,7 +12,7 @@
 #                runs the differential suite (simulator vs kube-apiserver) and the app's drains on it
 
 .POSIX:
-.PHONY: all venv azurite test demo bench soak lint clean realkube-build test-realkube aks-definitions up chromium test-browser
+.PHONY: all venv azurite test test-soak demo bench soak lint clean realkube-build test-realkube aks-definitions up chromium test-browser
 
 PYTHON = python3.11
 VENV = .venv
@@ -55,6 +56,10 @@ test: $(STAMP) $(AZURITE)
 # The real control plane, built from Go modules into ~/.cache/gpu-fleet-steward/realkube (realkube/build.py).
 realkube-build: $(STAMP)
 	$(PY) -m realkube build
+
+# The soak lane: its pinned regression seeds, a short generated soak and the invariants' own tests (tests/soak).
+test-soak: $(STAMP) $(AZURITE)
+	$(PY) -m pytest -q -p no:cacheprovider tests/soak
 
 test-realkube: realkube-build $(AZURITE)
 	$(PY) -m pytest -q -p no:cacheprovider tests/realkube

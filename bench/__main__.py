@@ -20,7 +20,7 @@ from bench.scale import SCALES
 #: Module names in the order they run: the independent measurements first, the ones that need the
 #: remediation and migration jobs (and a whole local stack) last.
 BENCHMARKS: tuple[str, ...] = ("cold_import", "sweep_cost", "sim_share", "realkube_list", "reaction", "drain_time",
-                               "migration_time", "requests")
+                               "time_to_repair", "migration_time", "requests")
 
 
 def run_all(names: tuple[str, ...], *, scale_name: str, progress: bool = True) -> list[Figure]:

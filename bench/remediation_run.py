@@ -29,6 +29,7 @@ CONDITION = "UnhealthyNvidiaDevicePlugin"
 SWEEP_INTERVAL_S = 30
 THRESHOLD_S = 60
 GRACES = (10, 20, 30, 60)
+RESTART_S = 20  # the simulator's VM restart, until the node is Ready again (timings.restart_s)
 
 _cache: dict[str, RemediationRun] = {}
 
@@ -64,7 +65,7 @@ def scenario(scale: Scale) -> dict[str, Any]:
     return {
         "seed": 31,
         "clock": {"speed": scale.speed},
-        "timings": {"node_ready_s": 5, "pod_start_s": 1, "restart_s": 20, "reimage_s": 60, "lro_retry_after_s": 2},
+        "timings": {"node_ready_s": 5, "pod_start_s": 1, "restart_s": RESTART_S, "reimage_s": 60, "lro_retry_after_s": 2},
         "subscriptions": [{
             "id": "00000000-0000-0000-0000-0000000be7c1",
             "quotas": [{"location": "eastus", "family": f, "limit": 100000}

@@ -77,7 +77,7 @@ from sim.kube.workloads import Controllers
 __all__ = [
     "DEFAULT_TIMINGS", "FINALIZER_RELEASE_ANNOTATION", "IMMORTAL_NAMESPACES", "LOW_PRIORITY_QUOTA", "MANAGED_GPU_TAG",
     "MAX_DISRUPTED_POD_SIZE", "NAP_RESOURCES", "NPD_BASE_CONDITIONS", "NPD_GPU_CONDITIONS", "NPD_GPU_REASONS",
-    "PDB_DELETION_TIMEOUT_S", "PREEMPT_TAINT", "REPAIR_RUNGS", "RESOURCES", "SHUTDOWN_TAINT", "SPOT_LABEL",
+    "OPTIONAL_TIMINGS", "PDB_DELETION_TIMEOUT_S", "PREEMPT_TAINT", "REPAIR_RUNGS", "RESOURCES", "SHUTDOWN_TAINT", "SPOT_LABEL",
     "SPOT_NOTICE_S", "Cluster", "Fleet", "KObj", "Node", "Pod", "Pool", "SelectorError", "SimClock", "base36",
     "controller_of", "gpu_sizes", "is_mirror", "is_workload_pod", "iso", "match_requirements",
     "namespace_terminating_error", "never_ready", "parse_iso", "parse_label_selector", "parse_quantity",
@@ -95,7 +95,9 @@ DEFAULT_TIMINGS: dict[str, float] = {
     "node_ready_s": 20.0,
     "restart_s": 30.0,
     "reimage_s": 90.0,
-    "lro_retry_after_s": 5.0,
+    # AKS operations' end as the abort that ended them (recorded: test_aks_abort.json, the abort's own operation
+    # ran 03:27:04 -> 03:27:09)
+    "abort_s": 5.0,
     "pod_start_s": 2.0,
     "job_run_s": 60.0,
     "nap_provision_s": 30.0,
@@ -109,6 +111,10 @@ DEFAULT_TIMINGS: dict[str, float] = {
     # the node lifecycle controller's lag: its NoSchedule taint pass (cordon, conditions) after a Node write
     "node_taint_s": 0.5,
 }
+
+# Timings a scenario may set that have no default (their absence means something):
+# ``lro_retry_after_s`` - a Retry-After on AKS operations, a harness convenience: AKS sends none (sim/arm/lro.py).
+OPTIONAL_TIMINGS = frozenset({"lro_retry_after_s", "eventgrid_max_attempts"})
 
 LOW_PRIORITY_QUOTA = "lowPriorityCores"  # the regional Spot vCPU quota (Microsoft.Compute usages name)
 
@@ -375,6 +381,10 @@ class Cluster(Store, Namespaces, Machines, Nodes, Pods, Controllers, Disruption,
         self.maintenance_configurations: dict[str, dict[str, Any]] = {}
         self.pools: dict[str, Pool] = {}
         self.busy_until = 0.0
+        # the ARM provisioningState when no cluster operation runs: "Canceled" after an abort (sim/arm/aborts.py)
+        self.provisioning_state = "Succeeded"
+        # agent pools carry properties.eTag (scenario key pool_etags; AKS rolled eTags out in 2025)
+        self.pool_etags = True
         self.nodes: dict[str, Node] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.store: dict[str, dict[tuple[str, str], KObj]] = {r: {} for r in self.resources()}

@@ -19,10 +19,13 @@ from typing import Any
 
 import yaml
 
+from sim.arm.common import recorded_pool_defaults
+from sim.core import gpu_catalog
 from sim.model import (
     DEFAULT_TIMINGS,
     FINALIZER_RELEASE_ANNOTATION,
     NPD_GPU_CONDITIONS,
+    OPTIONAL_TIMINGS,
     REPAIR_RUNGS,
     Cluster,
     Fleet,
@@ -46,7 +49,7 @@ _TOP_KEYS = {"seed", "clock", "timings", "subscriptions", "capacity", "faults", 
 _SUB_KEYS = {"id", "quotas", "clusters", "name", "features"}  # features: read by sim.arm (Microsoft.Features)
 _CLUSTER_KEYS = {"name", "resource_group", "location", "tags", "node_provisioning_mode", "kubernetes_version",
                  "maintenance_configurations", "namespaces", "pools", "karpenter", "workloads",
-                 "node_resource_group_lockdown"}
+                 "node_resource_group_lockdown", "pool_etags"}
 _WORKLOAD_KEYS = {"kind", "name", "namespace", "replicas", "resources", "tolerations", "nodeSelector", "affinity",
                   "pdb", "terminationGracePeriodSeconds", "emptyDir", "labels", "annotations", "image", "container",
                   "run_s", "completions", "parallelism", "backoffLimit", "priorityClassName", "pod_finalizers",
@@ -110,9 +113,9 @@ def build_fleet(source: str | Path | dict[str, Any] | None = None, *, seed: int 
     if not isinstance(clock_cfg, dict):
         raise ScenarioError("clock must be a mapping")
     timings = sc.get("timings") or {}
-    unknown = sorted(set(timings) - set(DEFAULT_TIMINGS) - {"eventgrid_max_attempts"})
+    unknown = sorted(set(timings) - set(DEFAULT_TIMINGS) - OPTIONAL_TIMINGS)
     if unknown:
-        raise ScenarioError(f"timings: unknown keys {unknown}; known: {sorted(DEFAULT_TIMINGS)}")
+        raise ScenarioError(f"timings: unknown keys {unknown}; known: {sorted({*DEFAULT_TIMINGS, *OPTIONAL_TIMINGS})}")
     clock = SimClock(speed=float(speed if speed is not None else clock_cfg.get("speed", 1.0)),
                      epoch_sim=_start(clock_cfg), manual=bool(clock_cfg.get("manual", False)))
     _known(sc, _TOP_KEYS, "scenario")
@@ -197,6 +200,14 @@ def _load_cluster(fleet: Fleet, sub: str, spec: dict[str, Any], where: str) -> C
     if lockdown not in ("ReadOnly", "Unrestricted"):  # ManagedClusterNodeResourceGroupRestrictionLevel
         raise ScenarioError(f"{where}.node_resource_group_lockdown must be ReadOnly or Unrestricted, not {lockdown!r}")
     cluster.node_rg_locked = lockdown == "ReadOnly"
+    # pool_etags (default true): whether the cluster's agent pools carry properties.eTag. AKS rolled pool eTags
+    # out in 2025 (learn.microsoft.com/azure/aks/use-etags); recordings up to 2025-05 carry none
+    # (tests/replay/recordings/test_aks_create_gpu_driver_flow.json). false: no eTag in any pool body, and an
+    # If-Match naming a tag is refused with 412 (sim/arm/validation.py _check_preconditions).
+    etags = spec.get("pool_etags", True)
+    if not isinstance(etags, bool):
+        raise ScenarioError(f"{where}.pool_etags must be true or false, not {etags!r}")
+    cluster.pool_etags = etags
     for name, props in sorted((spec.get("maintenance_configurations") or {}).items()):
         cluster.maintenance_configurations[str(name)] = dict(props or {})
     for i, ns in enumerate(spec.get("namespaces") or []):
@@ -240,13 +251,15 @@ def pool_properties(spec: dict[str, Any], cluster: Cluster) -> dict[str, Any]:
     props.setdefault("osSKU", "Ubuntu" if props["osType"] == "Linux" else "Windows2022")
     props.setdefault("mode", "User")
     props.setdefault("type", "VirtualMachineScaleSets")
-    props.setdefault("maxPods", 110)
-    props.setdefault("osDiskSizeGB", 128)
-    props.setdefault("osDiskType", "Managed")
+    # the same defaults as an ARM create (sim/arm/validation.py _defaults), so a PUT that leaves them out is no change
+    size = gpu_catalog.lookup(str(props["vmSize"]))
+    props.setdefault("maxPods", size.max_pods if size is not None else 250)
+    gpu_catalog.os_disk_defaults(size, props)
     props.setdefault("kubeletDiskType", "OS")
     props.setdefault("enableAutoScaling", False)
     props.setdefault("enableNodePublicIP", False)
     props.setdefault("scaleSetPriority", "Regular")
+    recorded_pool_defaults(props)
     props.setdefault("orchestratorVersion", cluster.kubernetes_version)
     props.setdefault("currentOrchestratorVersion", cluster.kubernetes_version)
     props.setdefault("nodeImageVersion", "AKSUbuntu-2204gen2containerd-202611.05.0")

@@ -107,6 +107,12 @@ def app_settings(endpoints: dict[str, Any], *, storage: str, table: str, profile
     return values
 
 
+def pending_kind() -> str:
+    from shared.remediation import pending_faults
+
+    return pending_faults.KIND
+
+
 class InProcessRun:
     """One scenario, driven step by step; :meth:`run` returns the :class:`RunLog`."""
 
@@ -135,6 +141,7 @@ class InProcessRun:
         self.raw_ledger: Any = None
         self.migrating = scenario.profile.get("MIGRATION_ENABLED") == "true"
         self.actions = ActionRunner(scenario.actions, sim=self.sim, start=self.start)
+        self.last_sweep: Any = None  # the latest sweep's report (shared.remediation.sweep.SweepReport)
 
     # ------------------------------------------------------------------ hosts
 
@@ -225,7 +232,7 @@ class InProcessRun:
             if now >= host.next_sweep:
                 host.next_sweep = now + SWEEP_EVERY_S
                 self.log.sweeps += 1
-                self._guard("health sweep", lambda: entrypoints.run_health_sweep(ctx=host.ctx))
+                self._guard("health sweep", lambda: self._swept(entrypoints.run_health_sweep(ctx=host.ctx)))
             started = time.monotonic()
             try:
                 self._deliveries(host, feed)
@@ -241,6 +248,32 @@ class InProcessRun:
             self.hosts[slot] = None
             self._close(host)
             self.restarts.append((self.clock.now() + self.rng.uniform(0, 90), slot))
+
+    def _swept(self, report: Any) -> None:
+        self.last_sweep = report
+
+    def _waiting_faults(self) -> int:
+        """Faults the latest sweep found that a refusal that passes holds back (a budget, a cooldown): the app's
+        next sweeps report them again and admit them once the limit allows, so the run is not quiet yet
+        (issue 24: a run that stopped here looked like a lost fault)."""
+        from shared.remediation import pending_faults
+        from shared.remediation.records import NODE_KIND, NodeData, decode, node_key
+
+        faults = list(getattr(self.last_sweep, "faults", None) or ())
+        if not faults:
+            return 0
+        passing: dict[str, bool] = {}
+        for marker in self.raw_ledger.list("dedupe"):
+            if marker.id.startswith("refused-") and pending_faults.passes(str(marker.data.get("reason_code") or "")):
+                passing[marker.id.removeprefix("refused-")[:64]] = True  # refused-<sha256 fault id>-<code>
+        waiting = 0
+        for fault in faults:
+            if not passing.get(fault.id):
+                continue
+            node = self.raw_ledger.get(NODE_KIND, node_key(fault.cluster, fault.node))
+            if node is None or fault.id not in decode(node.data, NodeData).faults:
+                waiting += 1
+        return waiting
 
     def _guard(self, where: str, fn: Callable[[], Any]) -> None:
         started = time.monotonic()
@@ -274,6 +307,9 @@ class InProcessRun:
                 deadline = deadlines.get(module.KIND)
                 if deadline is not None:
                     latest_deadline = max(latest_deadline, deadline(record, self.scenario.profile))
+        # A kept refused fault (shared.remediation.pending_faults) is work still to do: judged by every sweep, so
+        # the run is not quiet while one waits (issue 24).
+        active += len(self.raw_ledger.list(pending_kind())) + self._waiting_faults()
         return earliest, active, latest_deadline
 
     def run(self) -> RunLog:

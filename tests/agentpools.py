@@ -109,7 +109,7 @@ def pools(draw: st.DrawFn, defs: Definitions, *, sizes: list[str]) -> dict[str, 
     """The ``properties`` of an unmanaged GPU pool with every writable property of ``defs`` set.
 
     Cross-property rules AKS enforces are applied after the draw: a count within the autoscaler's
-    bounds (or no bounds when it is off), spot settings only on spot pools."""
+    bounds (or no bounds when it is off), spot settings only on spot pools (a Regular pool leaves them out)."""
     props = draw(model(defs, POOL_PROPERTIES))
     props["vmSize"] = draw(st.sampled_from(sizes))
     count = draw(st.integers(1, 2))
@@ -121,7 +121,9 @@ def pools(draw: st.DrawFn, defs: Definitions, *, sizes: list[str]) -> dict[str, 
         props.pop("minCount", None)
         props.pop("maxCount", None)
     if props.get("scaleSetPriority") != "Spot":
-        for key in ("scaleSetEvictionPolicy", "spotMaxPrice"):
+        # Regular is the default, and AKS does not echo it nor the spot settings on a Regular pool
+        # (tests/replay/recordings/test_aks_create_gpu_driver_flow.json put_agentpool_create_gpu_driver_none)
+        for key in ("scaleSetPriority", "scaleSetEvictionPolicy", "spotMaxPrice"):
             props.pop(key, None)
     else:
         props["spotMaxPrice"] = draw(st.sampled_from([-1, 0.5, 2.25]))

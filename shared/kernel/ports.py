@@ -219,6 +219,13 @@ class ClusterInfo(msgspec.Struct, frozen=True):
     provisioning_state: str = "Succeeded"
 
 
+#: A pool's (or cluster's) ``provisioningState`` after an operation that ended without doing its work:
+#: ``Failed``, or ``Canceled`` when the operation was aborted (``az aks nodepool operation-abort``,
+#: AgentPools_AbortLatestOperation; recorded: Azure/azure-cli acs recordings test_aks_abort.yaml). Every
+#: wait treats both alike: the operation is over, and it did not do what was asked.
+ENDED_UNDONE: frozenset[str] = frozenset({"Failed", "Canceled"})
+
+
 class PoolInfo(msgspec.Struct, frozen=True):
     """An agent pool as ARM returns it: ``properties`` is the raw camelCase dict."""
 
@@ -237,6 +244,11 @@ class PoolInfo(msgspec.Struct, frozen=True):
     @property
     def provisioning_state(self) -> str:
         return str(self.properties.get("provisioningState", ""))
+
+    @property
+    def operation_ended_undone(self) -> bool:
+        """Its last operation is over and did not do its work (``Failed`` or ``Canceled``: :data:`ENDED_UNDONE`)."""
+        return self.provisioning_state in ENDED_UNDONE
 
     @property
     def management_mode(self) -> str:

@@ -126,6 +126,7 @@ def standard_rules(policy: RetentionPolicy) -> tuple[Rule, ...]:
         Rule("dcgm-node", signal),
         Rule("gpu-capacity-node", signal),
         Rule("decision", policy.decision_days * DAY_S),
+        Rule("pending-fault", dedupe),  # dropped by its own judge after a day (REMEDIATION_PENDING_FAULT_MAX_AGE_S)
     )
 
 

@@ -26,7 +26,7 @@ from shared.migration.checks import autoscaler_refusal, old_pool_refusal, pool_r
 from shared.migration.draining import cordon, drain_batch
 from shared.migration.policy import MigrationPolicy
 from shared.migration.proofs import not_machines, not_serving, ours
-from shared.migration.reads import closed_window, etag, pool_nodes, workload_pods
+from shared.migration.reads import CANCELED, closed_window, etag, pool_nodes, workload_pods
 from shared.migration.records import MigrationState, Phase, progress, read
 from shared.migration.transitions import blocked, changed, finished, moved, wait
 
@@ -52,6 +52,11 @@ def step_deleting(record: Record, ctx: Context, *, now: float, policy: Migration
                         event="Completed", progress=msgspec.to_builtins(progress(d)))
     if d.delete_sent and old.provisioning_state == "Deleting":
         return wait(record, now=now, until=now + policy.poll_interval_s, why=f"{d.pool} is Deleting")
+    if d.delete_sent and old.provisioning_state == CANCELED:
+        # Someone aborted the deletion (az aks nodepool operation-abort): a person's decision, never overridden by
+        # sending it again. (A deletion that Failed is sent again below, after every proof is made afresh.)
+        return blocked(record, now=now, reason=f"the deletion of {d.pool} was Canceled (aborted): not sent again; "
+                       f"{d.replacement} serves, {d.pool} is drained and cordoned")
     # Trust ARM, not the row: the pool to delete is derived from what ARM shows, before anything is touched.
     new = aks.get_pool(d.cluster_id, d.replacement) if d.replacement else None
     refusal = old_pool_refusal(d, old, new)
@@ -86,7 +91,7 @@ def step_deleting(record: Record, ctx: Context, *, now: float, policy: Migration
                      note=f"{', '.join(unheld[:5])} not cordoned by this migration: draining before {d.pool} is deleted",
                      **changed(d, drained=[n for n in d.drained if n not in unheld], phase=Phase.DRAIN, batch=[]))
     # If-Match: deleted only if the pool is still the version read and verified above (412 -> Conflict: look again).
-    aks.begin_delete_pool(d.cluster_id, d.pool, etag=etag(old))
+    aks.begin_delete_pool(d.cluster_id, d.pool, etag=etag(aks, old))
     return wait(record, now=now, until=now + policy.poll_interval_s, why=f"deleting {d.pool}", delete_sent=True)
 
 
@@ -130,7 +135,7 @@ def step_rolling_back(record: Record, ctx: Context, *, now: float, policy: Migra
             return blocked(record, now=now, reason=f"{pool}'s autoscaler is not restored: {refusal}")
         try:
             aks.begin_put_pool(d.cluster_id, pool, {"properties": frozen_old_pool(
-                old, enable_autoscaling=True, min_count=was.min, max_count=was.max)}, etag=etag(old))
+                old, enable_autoscaling=True, min_count=was.min, max_count=was.max)}, etag=etag(aks, old))
         except Conflict as exc:
             return wait(record, now=now, until=now + policy.poll_interval_s,
                         why=f"{pool} was not written ({type(exc).__name__}: {exc}): looking again")
@@ -155,11 +160,14 @@ def step_rolling_back(record: Record, ctx: Context, *, now: float, policy: Migra
         wake = result.wake_at if result.wake_at is not None else now + policy.poll_interval_s
         return wait(record, now=now, until=max(now, wake), **changed(d, drain={**d.drain, **result.states()}),
                     why="moving pods back off the replacement: " + ("; ".join(result.messages[:2]) or ", ".join(busy)))
+    if d.delete_sent and new.provisioning_state == CANCELED:  # an abort: a person's decision (see step_deleting)
+        return blocked(record, now=now, reason=f"the deletion of the replacement {name} was Canceled (aborted): not "
+                       "sent again", data=changed(d))
     if not d.delete_sent or new.provisioning_state != "Deleting":
         # If-Match: the replacement is deleted only if it is still the version read and verified above
         # (tagged by this migration, managed, empty); a 412 means it changed since: look again next poll.
         try:
-            aks.begin_delete_pool(d.cluster_id, name, etag=etag(new))
+            aks.begin_delete_pool(d.cluster_id, name, etag=etag(aks, new))
         except Conflict as exc:
             return wait(record, now=now, until=now + policy.poll_interval_s, **changed(d),
                         why=f"{name} was not written ({type(exc).__name__}: {exc}): looking again")

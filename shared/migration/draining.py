@@ -105,6 +105,9 @@ def step_cordoning(record: Record, ctx: Context, *, now: float, policy: Migratio
     old = aks.get_pool(d.cluster_id, d.pool)
     if old is None:
         return blocked(record, now=now, reason=f"the old pool {d.pool} disappeared during the migration")
+    if old.operation_ended_undone:
+        return blocked(record, now=now, reason=f"the old pool {d.pool} is {old.provisioning_state} (its last operation "
+                       "ended without finishing): not cordoned; a person looks at it")
     if old.provisioning_state != "Succeeded":
         return wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
     # What validating proved, proved again from the world: a row written straight into cordoning skips it.
@@ -117,7 +120,7 @@ def step_cordoning(record: Record, ctx: Context, *, now: float, policy: Migratio
         # If-Match: written only over the version just read (and verified by checks.refusal): else 412, look again.
         try:
             aks.begin_put_pool(d.cluster_id, d.pool, {"properties": frozen_old_pool(old, enable_autoscaling=False)},
-                               etag=etag(old))
+                               etag=etag(aks, old))
         except Conflict as exc:
             return wait(record, now=now, until=now + policy.poll_interval_s,
                         why=f"{d.pool} was not written ({type(exc).__name__}: {exc}): looking again")

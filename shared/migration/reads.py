@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.drain.filters import is_workload, skip_terminating
 from shared.drain.parallel import bounded_map
+from shared.fleet.pool_writes import precondition
 from shared.kernel.ports import ClusterAccess, KubePort, NodeView, PodView, PoolInfo, Record
 from shared.kernel.steps import Transition
 from shared.migration.maintenance import window_open
@@ -25,10 +26,14 @@ if TYPE_CHECKING:
 POOL_LABEL = "kubernetes.azure.com/agentpool"
 
 
-def etag(pool: PoolInfo | None) -> str | None:
-    """The pool's ``properties.eTag`` as ARM returned it (None when it has none), for If-Match."""
-    value = pool.properties.get("eTag") if pool is not None else None
-    return str(value) if value else None
+CANCELED = "Canceled"  # an aborted operation's end (shared.kernel.ports.ENDED_UNDONE)
+
+
+def etag(aks: Any, pool: PoolInfo | None) -> str | None:
+    """What a write over ``pool`` (as read for the decision) sends as If-Match: its ``properties.eTag``, or,
+    on a pool without one, None once a fresh read proved it unchanged (shared.fleet.pool_writes: Conflict
+    when it changed). None for no pool (a create)."""
+    return precondition(aks, pool) if pool is not None else None
 
 
 def pool_nodes(kube: KubePort, pool: str) -> list[NodeView]:

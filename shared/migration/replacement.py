@@ -43,8 +43,9 @@ def put_replacement(ctx: Context, d: MigrationData, *, count: int, existing: Poo
     that name since the read is never overwritten (412 -> Conflict; the next step finds it and refuses
     it for want of the migrated-from tag)."""
     body = {**d.body, "count": count}
-    ctx.access.aks().begin_put_pool(d.cluster_id, d.replacement, {"properties": body}, etag=etag(existing),
-                                    create_only=existing is None)
+    aks = ctx.access.aks()
+    aks.begin_put_pool(d.cluster_id, d.replacement, {"properties": body}, etag=etag(aks, existing),
+                       create_only=existing is None)
 
 
 def _started_elsewhere(ctx: Context, record: Record) -> int:
@@ -101,6 +102,10 @@ def step_planned(record: Record, ctx: Context, *, now: float, policy: MigrationP
     old = aks.get_pool(d.cluster_id, d.pool)
     if old is None:
         return blocked(record, now=now, reason=f"the old pool {d.pool} no longer exists")
+    if old.operation_ended_undone:
+        return blocked(record, now=now, reason=f"the old pool {d.pool} is {old.provisioning_state} (its last operation "
+                       "ended without finishing): nothing was created; once it is Succeeded again, remove this row "
+                       "to migrate it")
     if old.provisioning_state != "Succeeded":
         return wait(record, now=now, until=now + policy.poll_interval_s, why=f"old pool is {old.provisioning_state}")
     # What is created is the managed clone of the pool ARM shows, at most its size: never a body the row made up.
@@ -160,8 +165,8 @@ def step_creating(record: Record, ctx: Context, *, now: float, policy: Migration
     if state == "Succeeded":
         return moved(record, MigrationState.VALIDATING, now=now, note=f"{new.name} provisioned; validating its GPU stack",
                      validate_deadline=now + policy.validate_timeout_s)
-    if state in ("Failed", "Canceled") or now > deadline:
-        reason = f"the replacement is {state}" if state in ("Failed", "Canceled") else "the replacement took too long to create"
+    if new.operation_ended_undone or now > deadline:
+        reason = f"the replacement is {state}" if new.operation_ended_undone else "the replacement took too long to create"
         return moved(record, MigrationState.ROLLING_BACK, now=now, note=reason, reason=reason)
     return wait(record, now=now, until=now + policy.poll_interval_s, why=f"replacement is {state}")
 
@@ -199,7 +204,7 @@ def grow_phase(record: Record, ctx: Context, *, now: float, policy: MigrationPol
         return blocked(record, now=now, reason="the replacement disappeared during a rolling migration")
     d = msgspec.structs.replace(d, grow_deadline=d.grow_deadline or now + policy.validate_timeout_s)
     if new.provisioning_state != "Succeeded":  # an operation is running (ours, most likely): never stack PUTs
-        if now > d.grow_deadline:
+        if new.operation_ended_undone or now > d.grow_deadline:
             return blocked(record, now=now, data=changed(d),
                            reason=f"the replacement stayed {new.provisioning_state} while growing to {target} nodes")
         return wait(record, now=now, until=now + policy.poll_interval_s, why=f"{d.replacement} is {new.provisioning_state}",

@@ -20,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from shared.fleet import pool_clone
+from shared.fleet.pool_writes import precondition
 from shared.kernel.errors import Conflict, Forbidden, Invalid, NotFound
 from shared.kernel.ports import Record
 from shared.kernel.steps import Transition, stay
@@ -99,8 +100,9 @@ def _cleanup_created_pool(ctx: Context, req: PoolRequest, *, nap_pool: bool, pol
     if pool is None:  # not reached: the branch above returned when ARM had no pool
         return Cleanup(action=CleanupAction.NONE, note=f"the pool {req.pool_name} no longer exists")
     aks = ctx.access.aks()
-    # If-Match: only the version of the pool read and verified above (412 -> Conflict: tried again later).
-    etag = pool.etag
+    # If-Match: only the version of the pool read and verified above (412 -> Conflict: tried again later);
+    # a pool without an eTag is read again first and must be unchanged (shared.fleet.pool_writes).
+    etag = precondition(aks, pool)
     if policy.failed_pool_action == "scaleToZero":
         body = pool_clone.update_properties(pool, count=0, enableAutoScaling=False, minCount=None, maxCount=None)
         aks.begin_put_pool(req.cluster, req.pool_name, {"properties": body}, etag=etag)

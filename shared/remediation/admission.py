@@ -80,6 +80,7 @@ class Handled:
 
     outcome: Handling
     detail: str
+    code: str = ""  # a refusal's code (shared.remediation.refusals), "" otherwise
 
     def __str__(self) -> str:
         return self.detail
@@ -131,7 +132,7 @@ def refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
         ctx.ledger.create(Record(kind=DEDUPE_KIND, id=f"refused-{info['fault']}-{code}", state="seen",
                                  data=to_data(marker), created_at=ctx.clock.now()))
     except Conflict:
-        return Handled(Handling.REFUSED, f"refused ({code}, already reported): {reason}")
+        return Handled(Handling.REFUSED, f"refused ({code}, already reported): {reason}", code)
     publish_now(ctx, Record(kind=KIND, id="", state="", data=dict(info)), Event.REFUSED, reason,
                 key=f"{info['fault']}|{code}", extra={"reason_code": code, "reason": reason})
     metric(ctx, "remediation_refusals_total", 1, reason_code=code, signal=str(info.get("signal") or "npd"))
@@ -140,7 +141,7 @@ def refuse(ctx: Context, info: Mapping[str, Any], code: str, reason: str, *,
         kube.create_event(node=node, reason=f"StewardRefused{code}", message=f"remediation refused: {reason}",
                           type_="Warning", action=State.REFUSED, correlation_id=str(info["fault"])[:24])
     log.warning("remediation refused for %s/%s: %s", info.get("cluster"), info.get("node"), reason)
-    return Handled(Handling.REFUSED, f"refused ({code}): {reason}")
+    return Handled(Handling.REFUSED, f"refused ({code}): {reason}", code)
 
 
 def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
@@ -201,7 +202,7 @@ def handle_event(event: Mapping[str, Any], ctx: Context) -> Handled:
         skipped = next((r for n, r in evaluation.skipped), None)
         if skipped == health.SKIP_OPTED_OUT:
             info["fault"] = fault_id(cluster_id, node_name, condition, since)
-            return refuse(ctx, info, budget.PAUSED, paused_reason(ctx, None, node, policy) or "opted out")
+            return refuse(ctx, info, budget.OPTED_OUT, f"the node opted out (label {policy.opt_out_label}=true)")
         if skipped:
             return _ignored(f"node {node_name} is skipped ({skipped})")
         return _ignored(f"{condition} on {node_name} is no longer True over its threshold")
@@ -231,6 +232,8 @@ def _admit_checked(ctx: Context, *, cluster: Any, kube: KubePort, node: NodeView
     if not verdict.ok:
         return refuse(ctx, info, verdict.code, verdict.reason, warn=(kube, node))
     info["vm_id"] = verdict.vm_id
+    if node.labels.get(policy.opt_out_label, "").lower() == "true":
+        return refuse(ctx, info, budget.OPTED_OUT, f"the node opted out (label {policy.opt_out_label}=true)")
     paused = paused_reason(ctx, cluster.tags, node, policy)
     return _admit(ctx, kube=kube, node=node, finding=finding, info=info, paused=paused,
                   breaker_open=fleet_breaker.is_open, fleet_clusters=fleet_breaker.fleet_clusters, policy=policy,

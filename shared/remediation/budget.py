@@ -38,6 +38,7 @@ from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import State
 
 PAUSED = "paused"
+OPTED_OUT = "opt-out"  # the node's opt-out label: a person's choice for that node (never kept for later)
 BREAKER = "breaker"
 COOLDOWN = "cooldown"
 ATTEMPTS = "attempts"

@@ -53,7 +53,7 @@ from shared.fleet import gpu_sizes, node_truth, scope
 from shared.kernel.errors import Conflict, Forbidden, NotFound, StewardError
 from shared.kernel.ports import AvailabilityView, ClusterInfo, KubePort, NodeView, Record
 from shared.kernel.timefmt import iso, parse_time
-from shared.remediation import health, signal_policy
+from shared.remediation import health, pending_faults, signal_policy
 from shared.remediation.admission import Handled, Handling, admit_signal, refuse
 from shared.remediation.records import DEDUPE_KIND, fault_id, subject
 from shared.remediation.signal_policy import HealthRow, class_key
@@ -154,8 +154,12 @@ def parse(event: Mapping[str, Any]) -> tuple[HealthData, str] | str:
     return data, target
 
 
-def handle(event: Mapping[str, Any], ctx: Context) -> Handled:
-    """Admit, record or refuse what one HealthResources event claims (see the module docstring)."""
+def handle(event: Mapping[str, Any], ctx: Context, *, observed_at: float | None = None) -> Handled:
+    """Admit, record or refuse what one HealthResources event claims (see the module docstring).
+
+    ``observed_at`` is when the fault was last seen by its source; by default the event's own time. A kept
+    fault judged again (shared.remediation.pending_faults) passes the time of that judgement: the VM's
+    availability is re-read below before anything is admitted."""
     parsed = parse(event)
     if isinstance(parsed, str):
         return _ignored(parsed)
@@ -205,7 +209,10 @@ def handle(event: Mapping[str, Any], ctx: Context) -> Handled:
     signal = Signal(source=SignalSource.RESOURCE_HEALTH, key=key, since=since, decision=decision, detail=detail)
     observed = parse_time(data.operational_info.resource_event_time or None) or parse_time(event.get("time") or None)
     handled = admit_signal(ctx, cluster=cluster, node=node, signal=signal, event_id=str(event.get("id") or ""),
-                           observed_at=float(observed or since))
+                           observed_at=observed_at if observed_at is not None else float(observed or since))
+    if handled.outcome == Handling.REFUSED:
+        # pushed once: a refusal that passes by itself must not lose the fault (shared.remediation.pending_faults)
+        pending_faults.keep(ctx, event=event, info=info, handled=handled)
     log.info("health event %s on %s/%s (%s): %s", key, cluster.name, node.name, decision.row, handled.detail)
     return handled
 

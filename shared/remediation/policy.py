@@ -132,6 +132,7 @@ class RemediationPolicy:
     dry_run: bool = False
     poll_s: int = 20
     lease_s: int = 300
+    pending_fault_max_age_s: int = 86400  # a kept refused pushed fault is dropped after this (pending_faults)
     page_size: int = 500
     # DCGM (shared.remediation.dcgm): the nodes with a fault verified against their cluster and ARM per
     # workspace per sweep (SIGNALS_DCGM_MAX_NODES), and how long an untouched ``dcgm-node`` row is kept
@@ -211,6 +212,7 @@ class RemediationPolicy:
             dry_run=env_bool("REMEDIATION_DRY_RUN", False, env=env),
             poll_s=env_int("REMEDIATION_POLL_S", 20, env=env, minimum=1, maximum=3600),
             lease_s=env_int("REMEDIATION_NODE_LEASE_S", 300, env=env, minimum=30),
+            pending_fault_max_age_s=env_int("REMEDIATION_PENDING_FAULT_MAX_AGE_S", 86400, env=env, minimum=60),
             page_size=env_int("REMEDIATION_SWEEP_PAGE_SIZE", 500, env=env, minimum=10, maximum=5000),
             dcgm_max_nodes=env_int("SIGNALS_DCGM_MAX_NODES", 64, env=env, minimum=1, maximum=10000),
             dcgm_row_retention_s=env_int("SIGNALS_DCGM_ROW_RETENTION_S", 7 * 86400, env=env, minimum=3600),

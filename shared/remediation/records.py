@@ -101,6 +101,7 @@ class Event(StrEnum):
     DRY_RUN = "DryRun"
     BLOCKED = "Blocked"  # a row whose preconditions the world does not prove (shared.remediation.preconditions)
     SIGNAL_RECORDED = "SignalRecorded"  # a signal whose policy row only records it (shared.remediation.signals)
+    PENDING_DROPPED = "PendingDropped"  # a kept refused fault let go (shared.remediation.pending_faults)
 
 
 UNHEALTHY_EVENT = "Steward.GpuNode.Unhealthy"

@@ -34,9 +34,12 @@ class RefusalRule:
 
 RULES: dict[str, RefusalRule] = {
     budget.PAUSED: RefusalRule(
-        "the steward, the cluster or the node is paused or opted out",
-        ("STEWARD_PAUSED", f"the cluster tag {PAUSED_TAG}=true", f"the node label {OPT_OUT_LABEL}=true"),
-        False, "unset STEWARD_PAUSED, remove the cluster's pause tag, or the node's opt-out label"),
+        "the steward or the cluster is paused",
+        ("STEWARD_PAUSED", f"the cluster tag {PAUSED_TAG}=true"),
+        False, "unset STEWARD_PAUSED, or remove the cluster's pause tag"),
+    budget.OPTED_OUT: RefusalRule(
+        "the node opted out of remediation", (f"the node label {OPT_OUT_LABEL}=true",),
+        False, "remove the node's opt-out label"),
     budget.BREAKER: RefusalRule(
         "the fleet circuit breaker is open: too many GPU nodes failed at once",
         ("BREAKER_PERCENT", "BREAKER_MIN_NODES", "BREAKER_MAX_NODES", "BREAKER_WINDOW_S"),

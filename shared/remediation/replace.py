@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from shared.fleet.pool_clone import update_properties
+from shared.fleet.pool_writes import precondition
 from shared.kernel.errors import (
     AllocationFailed,
     Conflict,
@@ -207,7 +208,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
             try:
                 # If-Match the pool as read: 412 (it changed since: another scale, an operator's edit)
                 # -> Conflict: look again
-                aks.begin_put_pool(d.cluster, d.pool, pool_body(pool, target_count), etag=pool.etag)
+                aks.begin_put_pool(d.cluster, d.pool, pool_body(pool, target_count), etag=precondition(aks, pool))
             except OperationInProgress as exc:
                 return waiting(f"waiting: {exc}")
             except (QuotaExceeded, AllocationFailed) as exc:
@@ -221,8 +222,8 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         if new is not None:
             return go(RungPhase.DELETE, f"replacement {new.name} is Ready with GPUs: deleting {d.node}",
                       replacement=new.name)
-        if pool.provisioning_state == "Failed":
-            note = "the surge failed to provision: falling back to delete-then-scale"
+        if pool.operation_ended_undone:
+            note = f"the surge ended {pool.provisioning_state}: falling back to delete-then-scale"
             kube_event(kube, d.node, record, "StewardSurgeFallback", note, "Warning")
             return go(RungPhase.DELETE, note, mode=ReplaceMode.DELETE_FIRST)
         return waiting("waiting for the surge node")
@@ -231,8 +232,14 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
     if phase == RungPhase.DELETE_WAIT:
         node = kube.get_node(d.node)
         if node is not None and node.uid == d.node_uid:
+            if pool.operation_ended_undone and node.deletion_timestamp is None:
+                # deleteMachines is over (Failed, or Canceled by an abort) and the machine is still here:
+                # the delete will not happen by itself, so waiting would only hold the rung to its timeout.
+                return next_rung(record, ctx, kube, now=now,
+                                 why=f"deleteMachines of {d.node} ended {pool.provisioning_state} with the node still "
+                                     f"there (pool {d.pool})")
             return waiting(f"waiting for {d.node} to be deleted")
-        if pool.provisioning_state not in ("Succeeded", "Failed"):
+        if pool.provisioning_state != "Succeeded" and not pool.operation_ended_undone:
             return waiting(f"pool is {pool.provisioning_state}")
         if rep.mode == ReplaceMode.SURGE and rep.replacement:
             if pool.count > original:
@@ -251,7 +258,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
     if phase == RungPhase.SCALE_BACK:
         if pool.count < original:
             try:
-                aks.begin_put_pool(d.cluster, d.pool, pool_body(pool, original), etag=pool.etag)
+                aks.begin_put_pool(d.cluster, d.pool, pool_body(pool, original), etag=precondition(aks, pool))
             except (Invalid, OperationInProgress) as exc:
                 # Busy, or no quota/capacity right now: keep trying until the rung's timeout.
                 return waiting(f"waiting to restore the count: {exc}")

@@ -24,7 +24,7 @@ from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
 from shared.kernel.timefmt import iso
-from shared.remediation import breaker, breaker_evidence, dcgm, decisions, gpu_capacity, health
+from shared.remediation import breaker, breaker_evidence, dcgm, decisions, gpu_capacity, health, pending_faults
 from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
@@ -67,6 +67,7 @@ class SweepReport:
     faults: list[Fault] = field(default_factory=list)
     skipped_faults: list[decisions.SkippedFault] = field(default_factory=list)  # recorded as decision rows
     decisions: dict[str, int] = field(default_factory=dict)  # what recording them did
+    pending_faults: dict[str, Any] = field(default_factory=dict)  # kept refused pushed faults judged again
     dcgm: dict[str, Any] = field(default_factory=dict)  # shared.remediation.dcgm.DcgmSweep.summary()
     gpu_capacity: dict[str, Any] = field(default_factory=dict)  # shared.remediation.gpu_capacity.CapacitySweep.summary()
     breaker_evidence: dict[str, Any] = field(default_factory=dict)  # shared.remediation.breaker_evidence.Evidence.summary()
@@ -76,6 +77,7 @@ class SweepReport:
                 "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
                 "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
                 "next_check": self.next_check, "breaker": self.breaker, "decisions": dict(self.decisions),
+                "pending_faults": dict(self.pending_faults),
                 "dcgm": dict(self.dcgm),
                 "gpu_capacity": dict(self.gpu_capacity), "breaker_evidence": dict(self.breaker_evidence)}
 
@@ -263,6 +265,9 @@ def sweep(ctx: Context) -> SweepReport:
                 metric(ctx, "time_to_detect_s", now - fault.since, condition=fault.condition)
         except StewardError as exc:
             report.errors.append(f"publishing {fault.cluster}/{fault.node}/{fault.condition}: {exc}")
+    rejudged = pending_faults.rejudge(ctx)
+    report.pending_faults = rejudged.summary()
+    report.errors.extend(rejudged.errors)
     if report.skipped_faults:
         recorded = decisions.record_skips(ctx, report.skipped_faults, now=now)
         report.decisions = {k: v for k, v in vars(recorded).items() if v}

@@ -4,7 +4,8 @@ The app's ARM adapters (shared/adapters/aks.py, shared/adapters/compute.py) run 
 handler, so it answers what ARM answers: bearer tokens for ``https://management.azure.com/`` (401
 ``AuthenticationFailed`` without one, ``InvalidAuthenticationToken`` for a bad one, 403
 ``InvalidAuthenticationTokenAudience`` for another audience), a required and supported
-``api-version``, ARM-shaped errors, 404 for unknown routes and resources, and long-running writes
+``api-version``, errors shaped by who answers (ARM's gateway wraps, the AKS RP answers flat: sim.arm.common), 404 for
+unknown routes and resources, and long-running writes
 through :mod:`sim.arm.lro`. Agent-pool writes enforce the rules AKS enforces (naming, GPU profile rules
 per VM size and api-version, immutable fields, autoscaler vs count, one operation at a time,
 quota; capacity when the operation completes). The model (:mod:`sim.model`) owns nodes and pods;
@@ -39,6 +40,7 @@ import uuid
 from typing import Any
 
 from sim.arm import rbac as armrbac
+from sim.arm.aborts import Aborts
 from sim.arm.common import (
     AKS_API_VERSIONS,
     AKS_SERVER_APP_ID,
@@ -53,19 +55,15 @@ from sim.arm.common import (
     POOL_TYPE,
     WINDOWS_POOL_NAME_MAX,
     AksApiVersion,
+    AksError,
     ArmError,
+    GatewayError,
     project,
 )
 from sim.arm.features import Features
-from sim.arm.lro import AKS_PROVIDER, COMPUTE_PROVIDER, Operation, Operations
+from sim.arm.lro import AKS_OPERATION_API_VERSION, AKS_PROVIDER, COMPUTE_PROVIDER, Operation, Operations
 from sim.arm.pools import PoolWrites
-from sim.arm.reads import (
-    MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE,
-    ClusterReads,
-    maintenance_start_date,
-    migrated_default_window,
-    present_maintenance_configuration,
-)
+from sim.arm.reads import ClusterReads, maintenance_start_date, present_maintenance_properties
 from sim.arm.resource_health import API_VERSIONS as RESOURCE_HEALTH_API_VERSIONS
 from sim.arm.resource_health import ROUTE as HEALTH_ROUTE
 from sim.arm.resource_health import ROUTE_PATTERN as HEALTH_ROUTE_PATTERN
@@ -77,9 +75,9 @@ from sim.identity.tokens import ARM_AUDIENCES
 # the names other modules import from here (their homes are the modules above)
 __all__ = [
     "AKS_API_VERSIONS", "AKS_SERVER_APP_ID", "COMPUTE_API_VERSIONS", "DEFAULT_FEATURES", "FEATURES_API_VERSIONS",
-    "KUBELOGIN_CLIENT_ID", "MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE", "MANAGED_GPU_FEATURE", "MAX_COUNT", "NODE_IMAGE",
-    "POOL_NAME", "POOL_TYPE", "WINDOWS_POOL_NAME_MAX", "AksApiVersion", "ArmApi", "ArmError", "check_linked_authorization",
-    "granted_arm_actions", "maintenance_start_date", "migrated_default_window", "present_maintenance_configuration",
+    "KUBELOGIN_CLIENT_ID", "MANAGED_GPU_FEATURE", "MAX_COUNT", "NODE_IMAGE",
+    "POOL_NAME", "POOL_TYPE", "WINDOWS_POOL_NAME_MAX", "AksApiVersion", "AksError", "ArmApi", "ArmError", "GatewayError",
+    "check_linked_authorization", "granted_arm_actions", "maintenance_start_date", "present_maintenance_properties",
     "project",
 ]
 
@@ -95,9 +93,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
         ("clusters_in_sub", _SUB + r"/providers/microsoft\.containerservice/managedclusters", ("GET",)),
         ("clusters_in_rg", _RG + r"/providers/microsoft\.containerservice/managedclusters", ("GET",)),
         ("cluster", _MC, ("GET",)),
+        ("cluster_abort", _MC + r"/abort", ("POST",)),
         ("pools", _MC + r"/agentpools", ("GET",)),
         ("pool", _POOL, ("GET", "PUT", "DELETE")),
         ("delete_machines", _POOL + r"/deletemachines", ("POST",)),
+        ("pool_abort", _POOL + r"/abort", ("POST",)),
         ("machines", _POOL + r"/machines", ("GET",)),
         ("machine", _POOL + r"/machines/(?P<machine>[^/]+)", ("GET",)),
         ("user_credential", _MC + r"/listclusterusercredential", ("POST",)),
@@ -132,7 +132,7 @@ def _route(path: str) -> tuple[str, dict[str, str], tuple[str, ...]] | None:
 # --------------------------------------------------------------------------- handler
 
 
-class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthReads):
+class ArmApi(ClusterReads, PoolValidation, PoolWrites, Aborts, Features, ResourceHealthReads):
     """``handle(request) -> Response`` for everything under ``/subscriptions/``: authentication,
     authorization, routing and operations here; the routes themselves in its parts
     (:mod:`sim.arm.reads`, :mod:`sim.arm.validation`, :mod:`sim.arm.pools`, :mod:`sim.arm.features`)."""
@@ -199,15 +199,16 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
         verdict = self._authenticate(request)
         found = _route(request.path)
         if found is None:
-            raise ArmError(404, "NotFound", f"No HTTP resource was found that matches the request URI "
+            raise GatewayError(404, "NotFound", f"No HTTP resource was found that matches the request URI "
                                             f"'{request.path}'.")
         name, params, methods = found
         if request.method not in methods:
-            raise ArmError(405, "MethodNotAllowed",
+            raise GatewayError(405, "MethodNotAllowed",
                            f"The requested resource does not support http method '{request.method}'.")
         compute = name in ("vm_action", "compute_operation")
         self._check_api_version(request, compute=compute, features=name.startswith("feature"),
-                                health=name == HEALTH_ROUTE)
+                                health=name == HEALTH_ROUTE,
+                                operation=name in ("aks_operation", "aks_operation_result"))
         self._authorize(request, verdict, name, params)
         cluster_name = params.get("cluster")
         if name in ("vm_action", HEALTH_ROUTE):
@@ -243,7 +244,7 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
             return
         status, code, message = armrbac.authorization_failed(client_id=verdict.client_id, object_id=verdict.principal,
                                                              action=action, scope=scope)
-        raise ArmError(status, code, message)
+        raise GatewayError(status, code, message)
 
     def _readable_only(self, response: Response, verdict: Any) -> Response:
         """A cluster list with only the clusters the caller may read (see armrbac.FILTERED_ROUTES)."""
@@ -261,32 +262,37 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
         challenge = {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", '
                                          'error="invalid_token", error_description="The authentication failed."'}
         if not token:
-            raise ArmError(401, "AuthenticationFailed",
+            raise GatewayError(401, "AuthenticationFailed",
                            "Authentication failed. The 'Authorization' header is missing.", headers=challenge)
         verdict = self.fleet.tokens.verify(token, ARM_AUDIENCES)
         if verdict.wrong_audience:
             # ARM: 401 InvalidAuthenticationTokenAudience (an authentication failure, never a 403)
-            raise ArmError(401, "InvalidAuthenticationTokenAudience",
+            raise GatewayError(401, "InvalidAuthenticationTokenAudience",
                            f"The access token has been obtained for wrong audience or resource '{verdict.audience}'. "
                            "It should exactly match with one of the allowed audiences "
                            "'https://management.core.windows.net/','https://management.core.windows.net',"
                            "'https://management.azure.com/','https://management.azure.com'.", headers=challenge)
         if verdict.status != 200:
-            raise ArmError(401, "InvalidAuthenticationToken", f"The access token is invalid: {verdict.reason}.",
+            raise GatewayError(401, "InvalidAuthenticationToken", f"The access token is invalid: {verdict.reason}.",
                            headers=challenge)
         return verdict
 
     def _check_api_version(self, request: Request, *, compute: bool, features: bool = False,
-                           health: bool = False) -> None:
+                           health: bool = False, operation: bool = False) -> None:
         version = request.arg("api-version")
         if not version:
-            raise ArmError(400, "MissingApiVersionParameter",
+            raise GatewayError(400, "MissingApiVersionParameter",
                            "The api-version query parameter (?api-version=) is required for all requests.")
         supported = FEATURES_API_VERSIONS if features else COMPUTE_API_VERSIONS if compute else tuple(AKS_API_VERSIONS)
         if health:
             supported = RESOURCE_HEALTH_API_VERSIONS
+        if operation:
+            # AKS's operation URLs carry api-version=2016-03-30 (recorded: every poll_operation_* and
+            # get_operationresult_204 exchange); the spec's examples show the resource's own api-version
+            # (aks/stable/2025-10-01/examples/AgentPoolsAbortOperation.json): both are accepted.
+            supported = (AKS_OPERATION_API_VERSION, *AKS_API_VERSIONS)
         if version not in supported:
-            raise ArmError(400, "InvalidApiVersionParameter",
+            raise GatewayError(400, "InvalidApiVersionParameter",
                            f"The api-version '{version}' is invalid. The supported versions are "
                            f"'{','.join(supported)}'.")
 
@@ -297,7 +303,7 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
     def _cluster(self, sub: str, rg: str, name: str) -> Any:
         c = self.fleet.cluster(sub, rg, name)
         if c is None:
-            raise ArmError(404, "ResourceNotFound",
+            raise GatewayError(404, "ResourceNotFound",
                            f"The Resource 'Microsoft.ContainerService/managedClusters/{name}' under resource group "
                            f"'{rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix")
         return c
@@ -306,7 +312,7 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
         for key, pool in cluster.pools.items():
             if key.lower() == name.lower():
                 return pool
-        raise ArmError(404, "NotFound", f"Agent pool '{name}' not found in managed cluster '{cluster.name}'.")
+        raise AksError(404, "NotFound", f"Agent pool '{name}' not found in managed cluster '{cluster.name}'.")
 
     def _cluster_by_node_rg(self, sub: str, node_rg: str) -> Any:
         for key in sorted(self.fleet.clusters):
@@ -319,7 +325,10 @@ class ArmApi(ClusterReads, PoolValidation, PoolWrites, Features, ResourceHealthR
     def _operation(self, op_id: str, provider: str) -> Operation:
         op = self.ops.get(op_id)
         if op is None or op.provider != provider:
-            raise ArmError(404, "NotFound", f"The operation '{op_id}' was not found.")
+            # The status URL is the provider's own (…/providers/<provider>/locations/<loc>/operations/<id>):
+            # the AKS RP answers flat (AksError), Microsoft.Compute in ARM's wrapped shape.
+            cls = AksError if provider == AKS_PROVIDER else ArmError
+            raise cls(404, "NotFound", f"The operation '{op_id}' was not found.")
         return op
 
     def _r_aks_operation(self, request: Request, *, sub: str, loc: str, op: str) -> Response:

@@ -66,6 +66,14 @@ NODE_IMAGE = "AKSUbuntu-2204gen2containerd-202611.05.0"
 
 
 class ArmError(Exception):
+    """An error answer in ARM's wrapped shape, ``{"error": {"code", "message", "target"?}}``: what ARM's own
+    gateway sends and what resource providers that follow the ARM RPC error contract send (Microsoft.Compute,
+    Microsoft.Features, Microsoft.ResourceHealth). Raise :class:`GatewayError` for ARM's own refusals and
+    :class:`AksError` for the AKS resource provider's (flat); plain ``ArmError`` is for those other providers.
+    """
+
+    flat = False
+
     def __init__(self, status: int, code: str, message: str, *, target: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -76,15 +84,45 @@ class ArmError(Exception):
         self.headers = headers or {}
 
     def response(self) -> Response:
+        if self.flat:
+            return Response.aks_error(self.status, self.code, self.message, self.headers, target=self.target)
         err: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.target:
             err["target"] = self.target
         return Response.json(self.status, {"error": err}, self.headers)
 
 
+class GatewayError(ArmError):
+    """An error of ARM's gateway (front door), before or instead of the resource provider: authentication and
+    authorization (401/403 ``AuthenticationFailed``, ``InvalidAuthenticationToken*``, ``AuthorizationFailed``,
+    ``LinkedAuthorizationFailed``, deny assignments), api-version and routing errors, an unreadable body, 429
+    throttling, and 404 ``ResourceNotFound`` for a top-level resource (a managed cluster, a scale set) or a
+    resource group that does not exist. Wrapped: recorded as
+    ``{"error": {"code": "ResourceNotFound", "message": "The Resource 'Microsoft.ContainerService/managedClusters/
+    <name>' under resource group '<rg>' was not found. For more details please go to
+    https://aka.ms/ARMResourceNotFoundFix"}}`` (tests/replay/recordings/*.json, every ``get_cluster_404``; the
+    recorded header ``x-ms-failure-cause: gateway``)."""
+
+
+class AksError(ArmError):
+    """An error of the AKS resource provider itself (Microsoft.ContainerService behind ARM): flat,
+    ``{"code", "message", "subcode": "", "details": null}``. Everything about an existing cluster's child
+    resources and the rules of a write: an agent pool, machine, maintenance configuration or operation not found,
+    ``InvalidParameter``, ``OperationNotAllowed``, ``PropertyChangeNotAllowed``, ``PreconditionFailed``,
+    ``ErrCode_InsufficientVCPUQuota``.
+
+    Source of the shape: no AKS RP error is in the recordings (tests/replay/recordings/README.md, finding 1);
+    third-party logs of AKS answers show exactly ``{"code": "ErrCode_InsufficientVCPUQuota", "details": null,
+    "message": "...", "subcode": ""}`` (docs/fidelity.md). ``target`` is added when the error names the property at
+    fault: the Azure CLI prints AKS's errors with a ``Target:`` line (e.g. ``agentPoolProfile.name``); whether it
+    sits in the flat body exactly so is not recorded (docs/fidelity.md)."""
+
+    flat = True
+
+
 def invalid(message: str, target: str) -> ArmError:
-    """ARM's 400 ``InvalidParameter`` naming the property at fault."""
-    return ArmError(400, "InvalidParameter", message, target=target)
+    """The AKS resource provider's 400 ``InvalidParameter`` naming the property at fault (flat)."""
+    return AksError(400, "InvalidParameter", message, target=target)
 
 
 def project(properties: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
@@ -109,6 +147,35 @@ def project(properties: dict[str, Any], api: AksApiVersion) -> dict[str, Any]:
                               (api.mig_profiles, "migProfiles")):
                 if not flag:
                     nvidia.pop(key, None)
+    return props
+
+
+def recorded_pool_defaults(props: dict[str, Any]) -> None:
+    """Defaults AKS fills on every agent pool, as recorded (tests/replay/recordings/test_aks_create_gpu_driver_flow.json:
+    list_agentpools and put_agentpool_create_gpu_driver_none, api-version 2026-07-01): security profile off,
+    no host encryption, FIPS or Ultra SSD, scale-down by deleting. Applied by an ARM create
+    (sim/arm/validation.py ``_defaults``) and to a scenario's pools (sim/scenario.py ``pool_properties``) alike,
+    so a PUT that leaves them out changes nothing."""
+    props.setdefault("enableEncryptionAtHost", False)
+    props.setdefault("enableFIPS", False)
+    props.setdefault("enableUltraSSD", False)
+    props.setdefault("scaleDownMode", "Delete")
+    security = props.setdefault("securityProfile", {})
+    if isinstance(security, dict):
+        security.setdefault("enableVTPM", False)
+        security.setdefault("enableSecureBoot", False)
+
+
+def present_pool(props: dict[str, Any]) -> dict[str, Any]:
+    """A pool's properties as AKS answers them: what a request sent but AKS does not echo is left out
+    (recorded: put_agentpool_create_gpu_driver_none sent ``nodeTaints: []``, ``scaleSetPriority: Regular``,
+    ``scaleSetEvictionPolicy: Delete`` and ``spotMaxPrice: -1``; neither its 201 nor any later GET or list
+    carries them). Spot pools keep all three (they are what makes them spot)."""
+    if props.get("nodeTaints") == []:
+        props.pop("nodeTaints")
+    if str(props.get("scaleSetPriority") or "Regular") == "Regular":
+        for key in ("scaleSetPriority", "scaleSetEvictionPolicy", "spotMaxPrice"):
+            props.pop(key, None)
     return props
 
 

@@ -8,6 +8,15 @@ terminal, then does its final GET (the resource for PUT, the ``Location`` for PO
 keeps those operations, schedules their completion on the fleet's sim clock and answers the
 status/result URLs. What an operation *does* is a callback supplied by :mod:`sim.arm.api`.
 
+What the AKS provider's operations look like is recorded (tests/replay/recordings/README.md, findings 2, 4 and
+7): the ``Azure-AsyncOperation``/``Location`` URLs carry ``api-version=2016-03-30`` whatever the request's
+api-version; a PUT's 201 carries only ``Azure-AsyncOperation``, a DELETE's or an action's 202 both; the status
+body is exactly ``{"name", "status", "startTime"}`` plus ``endTime`` when done (no ``id``); ``operationresults``
+answers 204 with a fresh ``Location`` when done; **no response carries ``Retry-After``**. The simulator sends
+``Retry-After`` on AKS operations only when the scenario sets ``timings.lro_retry_after_s``: a harness
+convenience (SDK pollers without it sleep their default 30 s of wall-clock time), not AKS behaviour. Compute's
+operations (VMSS VM restart/reimage) are not covered by those recordings and keep their previous shape.
+
 ``Retry-After`` is in wall-clock seconds (the client sleeps in real time): see
 :meth:`Operations.retry_after`.
 """
@@ -28,6 +37,10 @@ from sim.core.http import Response
 AKS_PROVIDER = "Microsoft.ContainerService"
 COMPUTE_PROVIDER = "Microsoft.Compute"
 TERMINAL = ("Succeeded", "Failed", "Canceled")
+# The api-version of every recorded AKS operation URL (tests/replay/recordings/*.json: the azure-asyncoperation
+# and location headers of put_cluster_create, delete_agentpool, abort_cluster, delete_machines), whatever the
+# api-version of the request that started the operation.
+AKS_OPERATION_API_VERSION = "2016-03-30"
 
 
 def iso(ts: float) -> str:
@@ -85,6 +98,8 @@ class Operation:
     error: dict[str, Any] | None = None
     error_http_status: int = 400
     on_cancel: Callable[[], None] | None = field(default=None, repr=False)
+    # set by an abort (sim.arm.aborts): the operation's work must not happen; the abort ends it Canceled
+    aborting: bool = False
 
     @property
     def done(self) -> bool:
@@ -99,9 +114,16 @@ class Operation:
         return (f"/subscriptions/{self.subscription}/providers/{self.provider}/locations/{self.location}"
                 f"/operationresults/{self.id}")
 
+    @property
+    def url_api_version(self) -> str:
+        """The api-version in this operation's status/result URLs."""
+        return AKS_OPERATION_API_VERSION if self.provider == AKS_PROVIDER else self.api_version
+
     def status_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"id": self.status_path(), "name": self.id, "status": self.status,
-                                "startTime": iso(self.started)}
+        # AKS: exactly name, status, startTime (+ endTime, + error) (recorded: test_aks_abort.json
+        # poll_operation_inprogress / poll_operation_succeeded). Compute's keeps the id it had (out of scope).
+        body: dict[str, Any] = {} if self.provider == AKS_PROVIDER else {"id": self.status_path()}
+        body.update({"name": self.id, "status": self.status, "startTime": iso(self.started)})
         if self.ended is not None:
             body["endTime"] = iso(self.ended)
         if self.error:
@@ -154,7 +176,7 @@ class Operations:
             self._ops[op.id] = op
 
         def complete() -> None:
-            if op.done:
+            if op.done or op.aborting:  # an aborted operation's work never happens: the abort ends it Canceled
                 return
             try:
                 if fail is not None and fail[0] == "QuotaExceeded" and provider == AKS_PROVIDER:
@@ -198,6 +220,13 @@ class Operations:
         with self._lock:
             return self._ops.get(op_id.lower())
 
+    def active_for_prefix(self, prefix: str) -> list[Operation]:
+        """Running operations whose resource id starts with ``prefix`` (case-insensitive), oldest first."""
+        low = prefix.lower()
+        with self._lock:
+            return sorted((o for o in self._ops.values() if not o.done and o.resource_id.lower().startswith(low)),
+                          key=lambda o: (o.started, o.id))
+
     def active_for(self, resource_id: str) -> list[Operation]:
         rid = resource_id.lower()
         with self._lock:
@@ -206,7 +235,14 @@ class Operations:
     # ---- HTTP ----
 
     def retry_after(self, op: Operation) -> dict[str, str]:
-        """When the client should poll again, as headers (wall-clock time).
+        """When the client should poll again, as headers (wall-clock time); none for an AKS operation unless
+        the scenario sets ``timings.lro_retry_after_s``.
+
+        AKS sends no ``Retry-After`` on its operations (recorded: no response in tests/replay/recordings has
+        one, README finding 4), so by default neither does the simulator. A harness that polls with SDK pollers
+        (which then sleep their default 30 s of wall-clock time) either passes ``polling_interval=`` to the client
+        or sets ``timings.lro_retry_after_s`` in its scenario: a harness convenience, not AKS behaviour.
+        Compute's operations keep sending it (default 5 sim seconds; not covered by the recordings).
 
         ARM advertises ``timings["lro_retry_after_s"]`` (sim seconds); the client sleeps in real
         time, so the value is divided by the clock speed and shortened to the time the operation
@@ -216,6 +252,8 @@ class Operations:
         """
         speed = float(getattr(self._fleet.clock, "speed", 1.0) or 1.0)
         timings = getattr(self._fleet, "timings", {}) or {}
+        if op.provider == AKS_PROVIDER and "lro_retry_after_s" not in timings:
+            return {}
         advertised = float(timings.get("lro_retry_after_s", 5.0)) / speed
         remaining = max(0.0, op.due - self._now()) / speed
         wait = max(0.05, min(advertised, remaining))
@@ -224,7 +262,9 @@ class Operations:
         return {"retry-after-ms": str(math.ceil(wait * 1000))}
 
     def accepted_headers(self, op: Operation, base_url: str, *, location: bool) -> dict[str, str]:
-        query = f"?api-version={op.api_version}"
+        """PUT 201/200: ``Azure-AsyncOperation`` only; DELETE and POST actions 202 (``location=True``): both
+        (recorded: put_cluster_create, put_agentpool_create*, delete_agentpool, abort_cluster, delete_machines)."""
+        query = f"?api-version={op.url_api_version}"
         headers = {"Azure-AsyncOperation": f"{base_url}{op.status_path()}{query}", **self.retry_after(op)}
         if location:
             monitor = "&monitor=true" if op.provider == COMPUTE_PROVIDER else ""
@@ -236,14 +276,18 @@ class Operations:
         return Response.json(200, op.status_body(), headers)
 
     def result_response(self, op: Operation, base_url: str) -> Response:
-        """The ``Location`` URL: 202 while running, 204/200 when done, the error when it failed."""
+        """The ``Location`` URL: 202 while running, 204/200 when done, the error when it failed.
+
+        AKS's answer when done is 204 with an empty body and a fresh ``Location`` (recorded: test_aks_abort.json
+        and test_aks_nodepool_delete_machines.json get_operationresult_204)."""
+        location = (f"{base_url}{op.result_path()}?api-version={op.url_api_version}"
+                    + ("&monitor=true" if op.provider == COMPUTE_PROVIDER else ""))
         if not op.done:
-            return Response(status=202, headers={
-                "Location": f"{base_url}{op.result_path()}?api-version={op.api_version}"
-                + ("&monitor=true" if op.provider == COMPUTE_PROVIDER else ""),
-                **self.retry_after(op)})
+            return Response(status=202, headers={"Location": location, **self.retry_after(op)})
         if op.status == "Succeeded":
-            return Response(status=204) if op.provider == AKS_PROVIDER else Response.json(200, op.status_body())
+            if op.provider == AKS_PROVIDER:
+                return Response(status=204, headers={"Location": location})
+            return Response.json(200, op.status_body())
         err = op.error or {"code": "OperationFailed", "message": "The operation failed."}
         if err.get("details"):
             return Response.json(op.error_http_status, {"error": dict(err)})

@@ -9,7 +9,18 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from sim.arm.common import NODE_IMAGE, POOL_NAME, AksApiVersion, ArmError, invalid, key_adjust, key_lookup, project
+from sim.arm.common import (
+    NODE_IMAGE,
+    POOL_NAME,
+    AksApiVersion,
+    AksError,
+    ArmError,
+    GatewayError,
+    invalid,
+    key_adjust,
+    key_lookup,
+    project,
+)
 from sim.arm.lro import AKS_PROVIDER, COMPUTE_PROVIDER, Operation, OperationFailure
 from sim.arm.validation import check_linked_authorization, check_types
 from sim.core import gpu_catalog
@@ -75,13 +86,13 @@ class PoolWrites:
     def _busy(self, cluster: Any, pool: Any | None) -> None:
         now = self._now()
         if cluster.busy_until > now:
-            raise ArmError(409, "OperationNotAllowed",
+            raise AksError(409, "OperationNotAllowed",
                            "Operation is not allowed: Another operation (Updating) is in progress, please wait for it "
                            "to finish before starting a new operation. See https://aka.ms/aks-pending-operation for "
                            "more details")
         if pool is not None and (pool.operation_until > now or pool.provisioning_state in
                                  ("Creating", "Updating", "Scaling", "Deleting", "Upgrading")):
-            raise ArmError(409, "OperationNotAllowed",
+            raise AksError(409, "OperationNotAllowed",
                            f"Operation is not allowed: Another agentpool operation ({pool.name} - "
                            f"{pool.provisioning_state}) is in progress, please wait for it to finish before starting a "
                            "new operation. See https://aka.ms/aks-pending-operation for more details")
@@ -100,6 +111,15 @@ class PoolWrites:
         if existing is None:
             return self._create_pool(request, c, name, props, api)
         return self._update_pool(request, c, existing, props, api)
+
+    def _new_etag(self, c: Any, props: dict[str, Any]) -> None:
+        """A write gives the pool a new ``properties.eTag`` (learn.microsoft.com/azure/aks/use-etags), unless the
+        cluster's scenario says ``pool_etags: false``: AKS before its 2025 eTag rollout, whose pool bodies carry
+        none (recorded: test_aks_create_gpu_driver_flow.json, test_aks_nodepool_delete_machines.json)."""
+        if getattr(c, "pool_etags", True):
+            props["eTag"] = self._etag()
+        else:
+            props.pop("eTag", None)
 
     def _set_state(self, pool: Any, state: str) -> None:
         pool.provisioning_state = state
@@ -133,10 +153,15 @@ class PoolWrites:
             key_adjust(getattr(self.fleet, "capacity", {}) or {}, (c.location, vm_size), count)
 
     def _start(self, request: Request, c: Any, pool: Any, *, kind: str, duration_s: float,
-               work: Callable[[Operation], None], on_failed: Callable[[Operation], None] | None = None) -> Operation:
+               work: Callable[[Operation], None], on_failed: Callable[[Operation], None] | None = None,
+               on_cancel: Callable[[], None] | None = None) -> Operation:
+        """Start a pool operation. ``on_cancel`` undoes what the request already changed when the operation is
+        canceled (by an abort, sim/arm/aborts.py, or a delete) instead of completing."""
         def finish(op: Operation) -> None:
             pool.operation_until = 0.0
             work(op)
+            if getattr(c, "provisioning_state", "Succeeded") == "Canceled":
+                c.provisioning_state = "Succeeded"  # a later operation succeeded: the abort is history
             if kind != "delete":
                 self._set_state(pool, "Succeeded")
                 pool.properties.pop("status", None)
@@ -154,7 +179,7 @@ class PoolWrites:
         op = self.ops.start(subscription=c.subscription, location=c.location, provider=AKS_PROVIDER,
                             api_version=str(request.arg("api-version")), duration_s=duration_s, work=finish,
                             resource_id=f"{c.id}/agentPools/{pool.name}", kind=kind,
-                            fail=self._lro_fault(request, c), on_failed=failed)
+                            fail=self._lro_fault(request, c), on_failed=failed, on_cancel=on_cancel)
         pool.operation_until = op.due
         return op
 
@@ -172,7 +197,7 @@ class PoolWrites:
         from sim.model import Pool  # the model is the other half's; imported late to keep this module light
 
         pool = Pool(name=name, properties=self._defaults(c, name, props, size))
-        pool.properties["eTag"] = self._etag()
+        self._new_etag(c, pool.properties)
         self._set_state(pool, "Creating")
         c.pools[name] = pool
 
@@ -197,7 +222,7 @@ class PoolWrites:
         autoscale_new = bool(new.get("enableAutoScaling"))  # omitted = the default, off
         count_changed = new.get("count") != old.get("count")
         if count_changed and autoscale_old and autoscale_new:
-            raise ArmError(400, "OperationNotAllowed",
+            raise AksError(400, "OperationNotAllowed",
                            f"Cannot change the count of agent pool '{pool.name}' while enableAutoScaling is true; "
                            "change minCount/maxCount or disable the cluster autoscaler first.", target="properties.count")
         size = self._validate_common(c, pool.name, new, api)
@@ -206,15 +231,18 @@ class PoolWrites:
                           priority=str(new.get("scaleSetPriority") or "Regular"))
         merged = self._defaults(c, pool.name, new, size)
         merged["nodeImageVersion"] = old.get("nodeImageVersion", NODE_IMAGE)
-        merged["eTag"] = self._etag()
+        self._new_etag(c, merged)
         old_props = copy.deepcopy(old)
+        # a PUT on a pool whose last operation was aborted brings it to the goal it describes (an aborted create
+        # left it without nodes): modelled, not recorded (sim/arm/aborts.py)
+        reconcile = pool.provisioning_state == "Canceled"
         pool.properties = merged
         kind = "scale" if count_changed else "update"
         self._set_state(pool, "Scaling" if count_changed else "Updating")
         target = int(merged["count"])
 
         def work(op: Operation) -> None:
-            if count_changed:
+            if count_changed or reconcile:
                 before = len(c.pool_nodes(pool))
                 self._capacity_take(c, pool, target)
                 c.scale_nodes(pool, target)
@@ -224,9 +252,12 @@ class PoolWrites:
             if count_changed:  # the scale did not happen: the pool keeps its old size
                 pool.properties["count"] = old_props.get("count")
 
+        def canceled() -> None:  # aborted: the update did not happen, the pool keeps what it had
+            pool.properties = copy.deepcopy(old_props)
+
         op = self._start(request, c, pool, kind=kind,
                          duration_s=self._timing("pool_scale_s" if count_changed else "pool_update_s", 30.0),
-                         work=work, on_failed=failed)
+                         work=work, on_failed=failed, on_cancel=canceled)
         headers = self.ops.accepted_headers(op, self._base_url(request), location=False)
         return Response.json(200, self._pool_body(c, pool, api), headers)
 
@@ -239,13 +270,13 @@ class PoolWrites:
         self._check_preconditions(request, pool)
         self._busy(c, None)
         if pool.provisioning_state == "Deleting":
-            raise ArmError(409, "OperationNotAllowed",
+            raise AksError(409, "OperationNotAllowed",
                            f"Operation is not allowed: Another agentpool operation ({pool.name} - Deleting) is in "
                            "progress, please wait for it to finish before starting a new operation. "
                            "See https://aka.ms/aks-pending-operation for more details")
         if str(pool.properties.get("mode")) == "System" and not any(
                 str(p.properties.get("mode")) == "System" for k, p in c.pools.items() if p is not pool):
-            raise ArmError(400, "OperationNotAllowed",
+            raise AksError(400, "OperationNotAllowed",
                            f"Agent pool '{pool.name}' is the last System agent pool of cluster '{c.name}'; a cluster "
                            "needs at least one System agent pool.", target="agentPoolProfile.mode")
         for running in self.ops.active_for(f"{c.id}/agentPools/{pool.name}"):
@@ -268,7 +299,7 @@ class PoolWrites:
         try:
             body = request.json()
         except ValueError as exc:
-            raise ArmError(400, "InvalidRequestContent",
+            raise GatewayError(400, "InvalidRequestContent",
                            f"The request content was invalid and could not be deserialized: {exc}.") from exc
         names = body.get("machineNames") if isinstance(body, dict) else None
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
@@ -286,7 +317,7 @@ class PoolWrites:
             gone = [n for n in victims if n in present]
             c.remove_machines(p, gone)
             p.properties["count"] = max(0, int(p.properties.get("count") or 0) - len(gone))
-            p.properties["eTag"] = self._etag()
+            self._new_etag(c, p.properties)
             self._capacity_give(c, str(p.properties.get("vmSize")), len(gone))
 
         op = self._start(request, c, p, kind="deleteMachines", duration_s=self._timing("delete_machines_s", 30.0),
@@ -299,11 +330,11 @@ class PoolWrites:
         c = self._cluster_by_node_rg(sub, rg)
         vmss_names = {c.vmss_name(p).lower(): p for p in c.pools.values()} if c is not None else {}
         if c is None or vmss.lower() not in vmss_names:
-            raise ArmError(404, "ResourceNotFound",
+            raise GatewayError(404, "ResourceNotFound",
                            f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{vmss}' under resource group "
                            f"'{rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix")
         node = c.node_by_vmss_instance(vmss, instance)
-        if node is None:
+        if node is None:  # Microsoft.Compute's own answer: ARM's wrapped shape
             raise ArmError(404, "NotFound",
                            f"The entity was not found in this resource group: virtualMachineScaleSets/{vmss}"
                            f"/virtualMachines/{instance}.")
@@ -311,7 +342,7 @@ class PoolWrites:
             try:
                 request.json()
             except ValueError as exc:
-                raise ArmError(400, "InvalidRequestContent",
+                raise GatewayError(400, "InvalidRequestContent",
                                f"The request content was invalid and could not be deserialized: {exc}.") from exc
         action = action.lower()
         if c.node_rg_locked:
@@ -321,7 +352,7 @@ class PoolWrites:
             # Azure/migAz#266 for another system deny assignment; AKS's exact name is not documented).
             principal = c.fleet.tokens.verify(request.bearer, ARM_AUDIENCES).principal or "unknown"
             scope = f"/subscriptions/{sub}/resourceGroups/{c.node_resource_group}"
-            raise ArmError(403, "DenyAssignmentAuthorizationFailed",
+            raise GatewayError(403, "DenyAssignmentAuthorizationFailed",
                            f"The client '{principal}' with object id '{principal}' has permission to perform action "
                            f"'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/{action}/action' on scope "
                            f"'{scope}/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/"
@@ -331,7 +362,8 @@ class PoolWrites:
         if vm is not None and any(t.get("key") == "node.cloudprovider.kubernetes.io/shutdown"
                                   for t in vm.obj["spec"].get("taints") or []):
             # A stopped/deallocated VM (an evicted spot VM under the Deallocate policy): Compute refuses
-            # a restart or reimage with 409 OperationNotAllowed until it is started again.
+            # a restart or reimage with 409 OperationNotAllowed until it is started again (Compute's own
+            # answer: ARM's wrapped shape).
             raise ArmError(409, "OperationNotAllowed",
                            f"Operation '{action}' is not allowed on VM '{vmss}_{instance}' since the VM is deallocated.")
         duration = self._timing("restart_s" if action == "restart" else "reimage_s", 30.0 if action == "restart" else 90.0)

@@ -44,11 +44,13 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("clusters_in_sub", "GET"): f"{_MC}/read",
     ("clusters_in_rg", "GET"): f"{_MC}/read",
     ("cluster", "GET"): f"{_MC}/read",
+    ("cluster_abort", "POST"): f"{_MC}/abort/action",
     ("pools", "GET"): f"{_MC}/agentPools/read",
     ("pool", "GET"): f"{_MC}/agentPools/read",
     ("pool", "PUT"): f"{_MC}/agentPools/write",
     ("pool", "DELETE"): f"{_MC}/agentPools/delete",
     ("delete_machines", "POST"): f"{_MC}/agentPools/deleteMachines/action",
+    ("pool_abort", "POST"): f"{_MC}/agentPools/abort/action",
     ("machines", "GET"): f"{_MC}/agentPools/machines/read",
     ("machine", "GET"): f"{_MC}/agentPools/machines/read",
     ("user_credential", "POST"): f"{_MC}/listClusterUserCredential/action",
@@ -171,7 +173,7 @@ def route_action(route: str, method: str, params: dict[str, str]) -> str | None:
 def route_scope(route: str, path: str) -> str:
     """The scope ARM names: the resource the request addresses (an action's path without the action)."""
     clean = path.split("?", 1)[0].rstrip("/")
-    if route in ("delete_machines", "user_credential", "vm_action", "feature_action"):
+    if route in ("delete_machines", "user_credential", "vm_action", "feature_action", "cluster_abort", "pool_abort"):
         clean = clean.rsplit("/", 1)[0]
     return clean
 

@@ -11,20 +11,24 @@ from typing import Any
 
 import yaml
 
-from sim.arm.common import AKS_SERVER_APP_ID, KUBELOGIN_CLIENT_ID, POOL_TYPE, AksApiVersion, ArmError, invalid, project
+from sim.arm.common import (
+    AKS_SERVER_APP_ID,
+    KUBELOGIN_CLIENT_ID,
+    POOL_TYPE,
+    AksApiVersion,
+    AksError,
+    invalid,
+    present_pool,
+    project,
+)
 from sim.core.http import Request, Response
 
 # --------------------------------------------------------------------------- maintenance configurations
 # Azure/azure-rest-api-specs specification/containerservice/resource-manager/Microsoft.ContainerService/
 # aks/stable/2025-10-01/managedClusters.json (MaintenanceConfigurationProperties: timeInWeek, notAllowedTime,
-# maintenanceWindow) and learn.microsoft.com/azure/aks/planned-maintenance: "From the 2023-05-01 API
-# version onwards, use the properties in the following table for `default` configuration" and "If you
-# create a `default` configuration with the following deprecated properties, it migrates automatically
-# to the new properties".
-
-MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE = "2023-05-01"
-
-_MIN_DURATION_HOURS = 4  # MaintenanceWindow.durationHours "minimum": 4
+# maintenanceWindow). A ``default`` written in the legacy ``timeInWeek`` shape is answered as written, not migrated
+# to a ``maintenanceWindow`` (recorded at api-version 2026-07-01: tests/replay/recordings/
+# test_aks_maintenanceconfiguration.json put_maintenance_default_legacy, get_maintenance_default_legacy).
 
 
 def maintenance_start_date(now: float, utc_offset: Any) -> str:
@@ -37,48 +41,48 @@ def maintenance_start_date(now: float, utc_offset: Any) -> str:
     return _dt.datetime.fromtimestamp(now + seconds, _dt.UTC).date().isoformat()
 
 
-def migrated_default_window(time_in_week: Any) -> dict[str, Any] | None:
-    """The ``maintenanceWindow`` a legacy ``timeInWeek`` default migrates to, or None when one weekly
-    window cannot express it.
+def _normalised_time(value: Any) -> Any:
+    """A date-time as AKS answers it: UTC ``...Z`` without fractional zeros (recorded:
+    put_maintenance_default_legacy_not_allowed_time sends ``2021-11-26T03:00:00.000Z`` and gets
+    ``2021-11-26T03:00:00Z``). Anything unreadable is left as written."""
+    import datetime as _dt
 
-    AKS does not document the mapping. What the simulator assumes: one day whose hour slots are
-    contiguous becomes ``weekly`` on that day, every week (the only schedule a ``default`` may have,
-    azure-cli PR #33431: "only Weekly schedule with intervalWeeks=1 is valid for the default config"),
-    starting at the first slot, lasting the slots but at least the spec's minimum of 4 hours, in UTC
-    (the slots are UTC hours). Several days, or gaps between slots, have no single-window form and are
-    presented in the legacy shape only.
-    """
-    if not isinstance(time_in_week, list) or not time_in_week:
-        return None
-    days = {str(e.get("day")) for e in time_in_week if isinstance(e, dict)}
+    if not isinstance(value, str):
+        return value
     try:
-        hours = sorted({int(h) for e in time_in_week if isinstance(e, dict) for h in (e.get("hourSlots") or [])})
-    except (TypeError, ValueError):
-        return None  # not something AKS could have migrated: shown as written
-    if len(days) != 1 or not hours or hours != list(range(hours[0], hours[0] + len(hours))):
-        return None
-    return {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": days.pop()}},
-            "durationHours": max(_MIN_DURATION_HOURS, len(hours)), "utcOffset": "+00:00",
-            "startTime": f"{hours[0]:02d}:00"}
+        parsed = _dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return value
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(_dt.UTC)
+    text = parsed.strftime("%Y-%m-%dT%H:%M:%S")
+    if parsed.microsecond:
+        text += f".{parsed.microsecond:06d}".rstrip("0")
+    return text + "Z"
 
 
-def present_maintenance_configuration(name: str, stored: dict[str, Any], *, api_version: str) -> dict[str, Any]:
-    """The ``properties`` AKS answers for a stored maintenance configuration on ``api_version``.
-
-    A ``default`` written in the deprecated ``timeInWeek`` shape is shown migrated: with the
-    ``maintenanceWindow`` it became, next to the legacy fields it was written with (whether AKS still
-    returns those after the migration is not documented; keeping both is the reading under which a
-    client has to reconcile the two, and api-versions before 2023-05-01 return the legacy fields only).
-    """
+def present_maintenance_properties(stored: dict[str, Any]) -> dict[str, Any]:
+    """The ``properties`` AKS answers for a stored maintenance configuration: as written, with
+    ``notAllowedTime`` only when non-empty and its times normalised (recorded: test_aks_maintenanceconfiguration.json
+    put_maintenance_default_legacy answers a request with ``"notAllowedTime": []`` without the field)."""
     props = copy.deepcopy(stored)
-    if name.lower() != "default" or props.get("maintenanceWindow") or not props.get("timeInWeek"):
-        return props
-    if api_version[:10] < MAINTENANCE_WINDOW_FOR_DEFAULT_SINCE:
-        return props
-    migrated = migrated_default_window(props["timeInWeek"])
-    if migrated is not None:
-        props["maintenanceWindow"] = migrated
+    spans = props.get("notAllowedTime")
+    if isinstance(spans, list):
+        if not spans:
+            props.pop("notAllowedTime")
+        else:
+            props["notAllowedTime"] = [{k: _normalised_time(v) if k in ("start", "end") else v for k, v in span.items()}
+                                       if isinstance(span, dict) else span for span in spans]
     return props
+
+
+# The first api-version whose agentPools list was recorded with a nextLink (see ClusterReads._r_pools).
+POOLS_NEXT_LINK_SINCE = "2025-04-02"
+
+
+def pools_next_link(api_version: str) -> bool:
+    """Whether an agentPools list on ``api_version`` carries a ``nextLink`` (from 2025-04-02-preview on)."""
+    return api_version[:10] >= POOLS_NEXT_LINK_SINCE
 
 
 class ClusterReads:
@@ -88,8 +92,10 @@ class ClusterReads:
 
     # ---- rendering
     def _pool_body(self, cluster: Any, pool: Any, api: AksApiVersion) -> dict[str, Any]:
-        props = project(pool.properties, api)
+        props = present_pool(project(pool.properties, api))
         props["provisioningState"] = pool.provisioning_state
+        if not getattr(cluster, "pool_etags", True):
+            props.pop("eTag", None)  # scenario pool_etags: false (sim/arm/pools.py _new_etag)
         return {"id": f"{cluster.id}/agentPools/{pool.name}", "name": pool.name, "type": POOL_TYPE,
                 "properties": props}
 
@@ -98,8 +104,10 @@ class ClusterReads:
         profiles = []
         for pname in sorted(c.pools):
             pool = c.pools[pname]
-            summary = project(pool.properties, api)
+            summary = present_pool(project(pool.properties, api))
             summary["provisioningState"] = pool.provisioning_state
+            if not getattr(c, "pool_etags", True):
+                summary.pop("eTag", None)
             profiles.append({"name": pool.name, **summary})
         location = c.location
         return {
@@ -108,7 +116,7 @@ class ClusterReads:
             "sku": {"name": "Base", "tier": "Standard"},
             "identity": {"type": "SystemAssigned"},
             "properties": {
-                "provisioningState": "Updating" if busy else "Succeeded",
+                "provisioningState": "Updating" if busy else getattr(c, "provisioning_state", "Succeeded"),
                 "powerState": {"code": "Running"},
                 "kubernetesVersion": c.kubernetes_version,
                 "currentKubernetesVersion": c.kubernetes_version,
@@ -155,7 +163,7 @@ class ClusterReads:
         for name in c.maintenance_configurations:
             if name.lower() == config.lower():
                 return Response.json(200, self._maintenance_body(c, name, self._api(request)))
-        raise ArmError(404, "NotFound", f"Maintenance configuration '{config}' not found in cluster '{c.name}'.")
+        raise AksError(404, "NotFound", f"Maintenance configuration '{config}' not found in cluster '{c.name}'.")
 
     def _maintenance_body(self, c: Any, name: str, api: AksApiVersion) -> dict[str, Any]:
         stored = c.maintenance_configurations[name]
@@ -165,9 +173,10 @@ class ClusterReads:
             # (learn.microsoft.com/azure/aks/planned-maintenance, "Create a maintenance window"): the RP
             # stores it, so every later GET shows the same date. Set once, in the window's own offset.
             window["startDate"] = maintenance_start_date(self._now(), window.get("utcOffset"))
+        # id, name, properties and no type (recorded: test_aks_maintenanceconfiguration.json,
+        # test_aks_maintenancewindow.json, every maintenance body)
         return {"id": f"{c.id}/maintenanceConfigurations/{name}", "name": name,
-                "type": "Microsoft.ContainerService/managedClusters/maintenanceConfigurations",
-                "properties": present_maintenance_configuration(name, stored, api_version=api.name)}
+                "properties": present_maintenance_properties(stored)}
 
     def _r_user_credential(self, request: Request, *, sub: str, rg: str, cluster: str) -> Response:
         c = self._cluster(sub, rg, cluster)
@@ -213,9 +222,22 @@ class ClusterReads:
 
     # ---- agent pools: reads
     def _r_pools(self, request: Request, *, sub: str, rg: str, cluster: str) -> Response:
+        """The agent pools, all on the first page. From api-version 2025-04-02-preview on, that page carries a
+        ``nextLink`` (``...agentPools?%24skipToken=<t>&api-version=<v>&skipToken=<t>``) whose page is
+        ``{"value": []}`` without one (recorded: test_aks_create_gpu_driver_flow.json list_agentpools /
+        list_agentpools_next_page_empty at 2026-07-01, test_aks_nodepool_delete_machines.json at
+        2025-04-02-preview); older versions have none (test_aks_machine_cmds.json list_agentpools,
+        2023-10-02-preview)."""
         c = self._cluster(sub, rg, cluster)
         api = self._api(request)
-        return Response.json(200, {"value": [self._pool_body(c, c.pools[n], api) for n in sorted(c.pools)]})
+        if request.arg("$skipToken") is not None or request.arg("skipToken") is not None:
+            return Response.json(200, {"value": []})
+        page: dict[str, Any] = {"value": [self._pool_body(c, c.pools[n], api) for n in sorted(c.pools)]}
+        if pools_next_link(api.name):
+            token = str(len(page["value"]))
+            page["nextLink"] = (f"{self._base_url(request)}{request.path.rstrip('/')}?%24skipToken={token}"
+                                f"&api-version={api.name}&skipToken={token}")
+        return Response.json(200, page)
 
     def _r_machines(self, request: Request, *, sub: str, rg: str, cluster: str, pool: str) -> Response:
         c = self._cluster(sub, rg, cluster)
@@ -228,7 +250,7 @@ class ClusterReads:
         for m in c.machines(p):
             if m["name"].lower() == machine.lower():
                 return Response.json(200, self._machine_body(c, p, m))
-        raise ArmError(404, "NotFound", f"Machine '{machine}' not found in agent pool '{p.name}'.")
+        raise AksError(404, "NotFound", f"Machine '{machine}' not found in agent pool '{p.name}'.")
 
     @staticmethod
     def _machine_body(c: Any, pool: Any, m: dict[str, Any]) -> dict[str, Any]:

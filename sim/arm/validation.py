@@ -16,9 +16,11 @@ from sim.arm.common import (
     NODE_IMAGE,
     WINDOWS_POOL_NAME_MAX,
     AksApiVersion,
-    ArmError,
+    AksError,
+    GatewayError,
     invalid,
     key_lookup,
+    recorded_pool_defaults,
 )
 from sim.core import gpu_catalog
 from sim.core.http import Request
@@ -100,18 +102,18 @@ def check_types(props: dict[str, Any], api: AksApiVersion | None = None) -> None
             continue
         wrong_bool = isinstance(value, bool) and expected is int
         if wrong_bool or not isinstance(value, expected):
-            raise ArmError(400, "InvalidRequestContent",
+            raise AksError(400, "InvalidRequestContent",
                            f"The request content was invalid and could not be deserialized: could not convert "
                            f"{json.dumps(value)[:60]} of 'properties.{key}' to {getattr(expected, '__name__', expected)}.",
                            target=f"properties.{key}")
     gp = props.get("gpuProfile") or {}
     if gp.get("nvidia") is not None and not isinstance(gp["nvidia"], dict):
-        raise ArmError(400, "InvalidRequestContent", "'properties.gpuProfile.nvidia' must be an object.",
+        raise AksError(400, "InvalidRequestContent", "'properties.gpuProfile.nvidia' must be an object.",
                        target="properties.gpuProfile.nvidia")
     profiles = (gp.get("nvidia") or {}).get("migProfiles") if api is None or api.mig_profiles else None
     if profiles is not None and not (isinstance(profiles, list) and all(isinstance(p, str) for p in profiles)):
         # The spec's migProfiles is an array of GPUInstanceProfile strings.
-        raise ArmError(400, "InvalidRequestContent",
+        raise AksError(400, "InvalidRequestContent",
                        "The request content was invalid and could not be deserialized: "
                        "'properties.gpuProfile.nvidia.migProfiles' must be an array of strings.",
                        target="properties.gpuProfile.nvidia.migProfiles")
@@ -160,7 +162,7 @@ def check_linked_authorization(request: Request, cluster: Any, props: dict[str, 
     actions = ",".join(dict.fromkeys(action for _, action in missing))
     scopes = ",".join(dict.fromkeys(rid for rid, _ in missing))
     pool_scope = request.path.split("?", 1)[0]
-    raise ArmError(403, "LinkedAuthorizationFailed",
+    raise GatewayError(403, "LinkedAuthorizationFailed",
                    f"The client '{client}' with object id '{principal}' has permission to perform action "
                    f"'{_AGENT_POOL_WRITE}' on scope '{pool_scope}'; however, it does not have permission to "
                    f"perform action(s) '{actions}' on the linked scope(s) '{scopes}' or the linked scope(s) "
@@ -187,18 +189,26 @@ class PoolValidation:
         if_none = (request.headers.get("if-none-match") or "").strip()
         current = pool.properties.get("eTag") if pool is not None else None
         if if_none == "*" and pool is not None:
-            raise ArmError(412, "PreconditionFailed", f"Agent pool '{pool.name}' already exists (If-None-Match: *).")
+            raise AksError(412, "PreconditionFailed", f"Agent pool '{pool.name}' already exists (If-None-Match: *).")
         if not if_match:
             return
         if pool is None:
-            raise ArmError(412, "PreconditionFailed", "Resource not found but ETag header is provided. If this is a "
+            raise AksError(412, "PreconditionFailed", "Resource not found but ETag header is provided. If this is a "
                                                       "request to create, please do not provide ETag.")
         if if_match == "*":
             return
         wanted = {_bare_etag(t) for t in if_match.split(",") if t.strip()} - {None}
+        if not current:
+            # A pool without an eTag (scenario pool_etags: false, as AKS answered before its 2025 eTag rollout,
+            # recorded: test_aks_create_gpu_driver_flow.json, no eTag on any pool body): nothing can match an
+            # If-Match tag. What AKS answers then is not documented (learn.microsoft.com/azure/aks/use-etags
+            # covers pools that have one); 412 PreconditionFailed as for a mismatch (RFC 9110 §13.1.1: the
+            # condition is false when no current representation has a matching tag). docs/fidelity.md.
+            raise AksError(412, "PreconditionFailed",
+                           f"The eTag {if_match} does not match the agent pool '{pool.name}', which has no eTag.")
         have = _bare_etag(str(current or ""))
         if have is None or have not in wanted:
-            raise ArmError(412, "PreconditionFailed",
+            raise AksError(412, "PreconditionFailed",
                            f"The eTag {if_match} does not match the current eTag {current} of the agent pool "
                            f"'{pool.name}'.")
 
@@ -206,13 +216,13 @@ class PoolValidation:
         try:
             body = request.json()
         except ValueError as exc:
-            raise ArmError(400, "InvalidRequestContent",
+            raise GatewayError(400, "InvalidRequestContent",
                            f"The request content was invalid and could not be deserialized: {exc}.") from exc
         if not isinstance(body, dict):
-            raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
+            raise GatewayError(400, "InvalidRequestContent", "The request content must be a JSON object.")
         props = body.get("properties", {})
         if not isinstance(props, dict):
-            raise ArmError(400, "InvalidRequestContent", "'properties' must be a JSON object.")
+            raise GatewayError(400, "InvalidRequestContent", "'properties' must be a JSON object.")
         return props
 
     def _validate_common(self, c: Any, name: str, props: dict[str, Any], api: AksApiVersion) -> gpu_catalog.SizeInfo:
@@ -343,7 +353,7 @@ class PoolValidation:
         if nvidia.get("managementMode") != "Managed":
             return
         if self._feature_state(c.subscription, MANAGED_GPU_FEATURE) != "Registered":
-            raise ArmError(400, "PreviewFeatureNotRegistered", f"Preview feature {MANAGED_GPU_FEATURE} not registered.")
+            raise AksError(400, "PreviewFeatureNotRegistered", f"Preview feature {MANAGED_GPU_FEATURE} not registered.")
 
     def _check_quota(self, c: Any, size: gpu_catalog.SizeInfo, *, extra_vcpus: int, priority: str = "Regular") -> None:
         """Refuse growth beyond the vCPU quota the new VMs count against.
@@ -363,13 +373,14 @@ class PoolValidation:
             return
         in_use = int(self.fleet.vcpus_in_use(c.subscription, c.location, family))
         if in_use + extra_vcpus > int(limit):
-            # AKS checks quota before it deploys anything and answers with its own code (seen as
-            # ``InsufficientVCPUQuota`` / ``ErrCode_InsufficientVCPUQuota`` in public Terraform and CLI
-            # output); Compute's own ``QuotaExceeded`` comes only from the deployment, wrapped in the
-            # failed operation (an ``lro`` fault with code QuotaExceeded). docs/fidelity.md.
-            raise ArmError(400, "InsufficientVCPUQuota",
+            # AKS checks quota before it deploys anything and answers with its own code, flat: third-party
+            # logs of AKS show exactly {"code": "ErrCode_InsufficientVCPUQuota", "details": null, "message":
+            # "...", "subcode": ""} (no AKS RP error is in tests/replay/recordings; docs/fidelity.md).
+            # Compute's own ``QuotaExceeded`` comes only from the deployment, wrapped in the failed
+            # operation (an ``lro`` fault with code QuotaExceeded).
+            raise AksError(400, "ErrCode_InsufficientVCPUQuota",
                            f"Insufficient vcpu quota requested {extra_vcpus}, remaining {max(0, int(limit) - in_use)} "
-                           f"for family {family} for region {c.location}.", target="properties.count")
+                           f"for family {family} for region {c.location}.")  # no target: the logged body has none
 
     def _defaults(self, c: Any, name: str, props: dict[str, Any], size: gpu_catalog.SizeInfo) -> dict[str, Any]:
         p = copy.deepcopy(props)
@@ -379,9 +390,8 @@ class PoolValidation:
         p.setdefault("osSKU", "Ubuntu" if p["osType"] == "Linux" else "Windows2022")
         p.setdefault("mode", "User")
         p.setdefault("type", "VirtualMachineScaleSets")
-        p.setdefault("maxPods", size.max_pods)
-        p.setdefault("osDiskSizeGB", 128)
-        p.setdefault("osDiskType", "Managed")
+        p.setdefault("maxPods", size.max_pods)  # 250, Azure CNI Overlay (gpu_catalog; recorded maxPods: 250)
+        gpu_catalog.os_disk_defaults(size, p)  # Ephemeral where AKS would pick it (recorded for Standard_NC6s_v3)
         p.setdefault("kubeletDiskType", "OS")
         p.setdefault("enableAutoScaling", False)
         p.setdefault("scaleSetPriority", "Regular")
@@ -389,6 +399,7 @@ class PoolValidation:
         p["currentOrchestratorVersion"] = p["orchestratorVersion"]
         p.setdefault("enableNodePublicIP", False)
         p.setdefault("upgradeSettings", {"maxSurge": "10%"})
+        recorded_pool_defaults(p)
         if size.nvidia and size.gpus:
             gp = p.setdefault("gpuProfile", {})
             if isinstance(gp, dict):
@@ -402,11 +413,11 @@ class PoolValidation:
         old_size, new_size = gpu_catalog.lookup(str(old.get("vmSize"))), gpu_catalog.lookup(str(new.get("vmSize")))
         if str(old.get("vmSize", "")).lower() != str(new.get("vmSize", "")).lower():
             if new_size is not None and new_size.is_gpu and (old_size is None or not old_size.is_gpu):
-                raise ArmError(400, "PropertyChangeNotAllowed",
+                raise AksError(400, "PropertyChangeNotAllowed",
                                f"Changing property 'vmSize' is not allowed: a general-purpose agent pool "
                                f"({old.get('vmSize')}) cannot change to the GPU size {new.get('vmSize')}; "
                                "create a new GPU agent pool.", target="properties.vmSize")
-            raise ArmError(400, "PropertyChangeNotAllowed", "Changing property 'vmSize' is not allowed.",
+            raise AksError(400, "PropertyChangeNotAllowed", "Changing property 'vmSize' is not allowed.",
                            target="properties.vmSize")
         for path in _IMMUTABLE:
             # An omitted field is reset to its default (create-or-replace), not kept: leaving an
@@ -418,6 +429,6 @@ class PoolValidation:
                 after = _IMMUTABLE_DEFAULTS.get(path)
             if before != after:
                 label = ".".join(path)
-                raise ArmError(400, "PropertyChangeNotAllowed",
+                raise AksError(400, "PropertyChangeNotAllowed",
                                f"Changing property '{label}' is not allowed (from {before!r} to {after!r}); "
                                "it is immutable after agent pool creation.", target=f"properties.{label}")

@@ -7,13 +7,17 @@ A100/H100/H200) and capacity; the Kubernetes half gives nodes their ``cpu``, ``m
 
 Sources: learn.microsoft.com/azure/aks/use-nvidia-gpu (the sizes AKS supports for NVIDIA GPUs),
 learn.microsoft.com/azure/aks/gpu-multi-instance (the MIG profiles) and the public Azure VM size
-pages for vCPU/memory/family. ``max_pods`` is the kubenet default (110); the scenario may override it
-per pool.
+pages for vCPU/memory/family. ``max_pods`` is AKS's default for the network the simulated clusters show
+(Azure CNI Overlay, 250: learn.microsoft.com/azure/aks/azure-cni-overlay; recorded ``maxPods: 250`` on the
+system and GPU pools of tests/replay/recordings/test_aks_create_gpu_driver_flow.json); the scenario may override it
+per pool. ``ephemeral_os_disk_gb`` is the OS disk size AKS defaults to with an ephemeral OS disk, known only where
+recorded (see :func:`os_disk_defaults`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 MIG_NAMES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
 
@@ -44,7 +48,8 @@ class SizeInfo:
     nvidia: bool
     mig_capable: bool
     mig_profiles: dict[str, tuple[str, int]] = field(default_factory=dict)  # MIGng -> (suffix, instances/GPU)
-    max_pods: int = 110
+    max_pods: int = 250
+    ephemeral_os_disk_gb: int | None = None  # AKS's default ephemeral OS disk size; None: not known (recorded only)
 
     @property
     def is_gpu(self) -> bool:
@@ -52,9 +57,11 @@ class SizeInfo:
 
 
 def _gpu(name: str, vcpus: int, mem: int, gpus: int, model: str, family: str,
-         mig: dict[str, tuple[str, int]] | None = None, *, nvidia: bool = True) -> SizeInfo:
+         mig: dict[str, tuple[str, int]] | None = None, *, nvidia: bool = True,
+         ephemeral_os_disk_gb: int | None = None) -> SizeInfo:
     return SizeInfo(name=name, vcpus=vcpus, memory_gib=mem, gpus=gpus, gpu_model=model, family=family,
-                    nvidia=nvidia, mig_capable=bool(mig), mig_profiles=dict(mig or {}))
+                    nvidia=nvidia, mig_capable=bool(mig), mig_profiles=dict(mig or {}),
+                    ephemeral_os_disk_gb=ephemeral_os_disk_gb)
 
 
 def _cpu(name: str, vcpus: int, mem: int, family: str) -> SizeInfo:
@@ -69,7 +76,8 @@ _SIZES: tuple[SizeInfo, ...] = (
     _gpu("Standard_NC16as_T4_v3", 16, 110, 1, "T4", "standardNCASv3_T4Family"),
     _gpu("Standard_NC64as_T4_v3", 64, 440, 4, "T4", "standardNCASv3_T4Family"),
     # NVIDIA V100 (NCv3): older, still common.
-    _gpu("Standard_NC6s_v3", 6, 112, 1, "V100", "standardNCSv3Family"),
+    # Ephemeral 320 GB by default: recorded (test_aks_create_gpu_driver_flow.json put_agentpool_create_gpu_driver_none).
+    _gpu("Standard_NC6s_v3", 6, 112, 1, "V100", "standardNCSv3Family", ephemeral_os_disk_gb=320),
     _gpu("Standard_NC24s_v3", 24, 448, 4, "V100", "standardNCSv3Family"),
     # NVIDIA A100 80GB PCIe (NCads_A100_v4).
     _gpu("Standard_NC24ads_A100_v4", 24, 220, 1, "A100 80GB PCIe", "StandardNCADSA100v4Family", _A100_80),
@@ -115,3 +123,27 @@ def lookup(vm_size: str | None) -> SizeInfo | None:
     if not vm_size:
         return None
     return SIZES.get(vm_size.lower())
+
+
+MANAGED_OS_DISK_GB = 128  # AKS's default managed OS disk size (recorded: osDiskSizeGB 128 on the Managed system pools)
+
+
+def os_disk_defaults(size: SizeInfo | None, props: dict[str, Any]) -> None:
+    """Fill in ``osDiskType`` and ``osDiskSizeGB`` where the request left them out, as AKS does.
+
+    The documented rule (learn.microsoft.com/azure/aks/concepts-storage#ephemeral-os-disk): when the request does
+    not ask for a managed OS disk, AKS uses an ephemeral one if the VM size supports it and its cache/temp disk holds
+    the requested (or default) OS disk size; otherwise a managed one. The simulator knows a size's ephemeral capacity
+    only where a recording shows it (``ephemeral_os_disk_gb``: Standard_NC6s_v3 -> Ephemeral, 320 GB, recorded
+    test_aks_create_gpu_driver_flow.json put_agentpool_create_gpu_driver_none); every other size keeps a managed
+    128 GB disk, as before. Which size AKS picks for an ephemeral disk (the cache size, capped?) is not documented:
+    only the recorded value is used (docs/fidelity.md). An explicit ``osDiskType`` is never changed.
+    """
+    cache = size.ephemeral_os_disk_gb if size is not None else None
+    requested = props.get("osDiskSizeGB")
+    if props.get("osDiskType") is None:
+        fits = cache is not None and (requested is None or (isinstance(requested, int) and requested <= cache))
+        props["osDiskType"] = "Ephemeral" if fits else "Managed"
+    if requested is None:
+        ephemeral = props["osDiskType"] == "Ephemeral" and cache is not None
+        props["osDiskSizeGB"] = cache if ephemeral else MANAGED_OS_DISK_GB

@@ -90,6 +90,17 @@ class Response:
         return cls.json(status, {"error": {"code": code, "message": message}}, headers)
 
     @classmethod
+    def aks_error(cls, status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
+                  target: str | None = None) -> Response:
+        """The AKS resource provider's own error shape, flat: ``{"code", "message", "target"?, "subcode": "",
+        "details": null}`` (sim.arm.common.AksError documents the source)."""
+        payload: dict[str, Any] = {"code": code, "message": message}
+        if target:
+            payload["target"] = target
+        payload.update({"subcode": "", "details": None})
+        return cls.json(status, payload, headers)
+
+    @classmethod
     def kube_status(cls, status: int, reason: str, message: str, details: dict[str, Any] | None = None) -> Response:
         """Kubernetes' ``Status`` object, as the API server answers errors."""
         payload: dict[str, Any] = {

@@ -66,3 +66,10 @@ def test_requests_of_the_sweeps_in_a_remediation_window_are_subtracted_route_by_
     assert net_of_sweeps(window, quiet, "arm") == (1.0, 5)
     assert net_of_sweeps(window, quiet, "kube") == (100.0, 5)
     assert math.isclose(net_of_sweeps(window, {}, "kube")[0], 105.0)
+
+
+def test_the_time_to_repair_floor_is_threshold_grace_action_and_verification() -> None:
+    from bench.time_to_repair import floor_s
+
+    assert floor_s(threshold_s=60, longest_grace_s=60, action_s=20, settle_s=10, poll_s=2) == 150
+    assert floor_s(threshold_s=60, longest_grace_s=60, action_s=20, settle_s=1, poll_s=2) == 144  # 2 polls at least

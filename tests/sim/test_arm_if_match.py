@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sim.core.http import Headers, Request, Response
-from tests.sim.test_arm_pool_writes_strict import HOST, T4, Arm, body, error
+from tests.sim.test_arm_pool_writes_strict import HOST, T4, Arm, arm_error, error
 
 MANAGED = {"driver": "Install", "nvidia": {"managementMode": "Managed"}}
 
@@ -68,7 +68,7 @@ def test_the_current_etag_in_any_form_lets_the_delete_through(arm: Arm, form: st
 def test_if_match_on_a_pool_that_does_not_exist_is_412_and_without_it_the_delete_is_204(arm: Arm) -> None:
     resp = call(arm, "DELETE", "nosuch", **{"If-Match": '"abc"'})
     assert error(resp)[:2] == (412, "PreconditionFailed")
-    assert "Resource not found but ETag header is provided" in body(resp)["error"]["message"]
+    assert "Resource not found but ETag header is provided" in arm_error(resp)["message"]
     assert call(arm, "DELETE", "nosuch").status == 204
 
 

@@ -1,9 +1,9 @@
 """The simulated ARM serves maintenance configurations as AKS does, and checks linked permissions.
 
-- Maintenance configurations (api-version 2023-05-01 on): a ``default`` carries ``maintenanceWindow``;
-  one written in the deprecated ``timeInWeek`` shape is shown migrated (learn.microsoft.com/azure/aks/
-  planned-maintenance, "Deprecated properties"); ``startDate`` defaults to the date the window was
-  created, and stays.
+- Maintenance configurations: a ``default`` with ``maintenanceWindow`` is served in that shape; one written in the
+  legacy ``timeInWeek`` shape is answered as written, not migrated (recorded at api-version 2026-07-01:
+  tests/replay/recordings/test_aks_maintenanceconfiguration.json); bodies are ``id``, ``name``, ``properties``;
+  ``startDate`` defaults to the date the window was created, and stays.
 - An agent-pool PUT naming a subnet, a public IP prefix or a proximity placement group is refused with
   403 ``LinkedAuthorizationFailed`` unless the app's role (shared.adapters.permissions) grants the linked action.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ SYSTEM = {"vmSize": "Standard_D4s_v5", "count": 1, "mode": "User"}
 NET_RG = f"/subscriptions/{SUB}/resourceGroups/rg-net"
 
 
+RECORDINGS = Path(__file__).resolve().parents[1] / "replay" / "recordings"
 APP_CLIENT_ID = "00000000-0000-0000-0000-00000000c11d"
 
 
@@ -87,24 +89,30 @@ def test_a_default_with_maintenance_window_is_served_in_that_shape(arm: Arm) -> 
     assert arm.configs()["default"] == {"maintenanceWindow": window}
 
 
-def test_a_legacy_default_is_shown_migrated_to_a_weekly_window_of_at_least_four_hours(arm: Arm) -> None:
-    legacy = {"timeInWeek": [{"day": "Sunday", "hourSlots": [1, 2]}],
-              "notAllowedTime": [{"start": "2026-12-24T00:00:00Z", "end": "2026-12-27T00:00:00Z"}]}
-    arm.cluster.maintenance_configurations["default"] = legacy
-    served = arm.configs()["default"]
-    assert served["timeInWeek"] == legacy["timeInWeek"] and served["notAllowedTime"] == legacy["notAllowedTime"]
-    assert served["maintenanceWindow"] == {"schedule": {"weekly": {"intervalWeeks": 1, "dayOfWeek": "Sunday"}},
-                                           "durationHours": 4, "utcOffset": "+00:00", "startTime": "01:00"}
-    assert "maintenanceWindow" not in arm.cluster.maintenance_configurations["default"], "the stored data is untouched"
+def _recorded(name: str) -> dict[str, Any]:
+    doc = json.loads((RECORDINGS / "test_aks_maintenanceconfiguration.json").read_text())
+    return next(e for e in doc["exchanges"] if e["name"] == name)
 
 
-@pytest.mark.parametrize("time_in_week", [
-    [{"day": "Saturday", "hourSlots": [1]}, {"day": "Sunday", "hourSlots": [1]}],
-    [{"day": "Saturday", "hourSlots": [1, 3]}],
-], ids=["two days", "a gap between slots"])
-def test_a_legacy_default_one_weekly_window_cannot_express_stays_legacy(arm: Arm, time_in_week: list) -> None:
-    arm.cluster.maintenance_configurations["default"] = {"timeInWeek": time_in_week}
-    assert arm.configs()["default"] == {"timeInWeek": time_in_week}
+@pytest.mark.parametrize("exchange", ["put_maintenance_default_legacy", "put_maintenance_default_legacy_not_allowed_time"])
+def test_a_legacy_default_is_answered_as_written_not_migrated_as_recorded(arm: Arm, exchange: str) -> None:
+    # Recorded at api-version 2026-07-01 (test_aks_maintenanceconfiguration.json): the timeInWeek shape comes back
+    # as written, with no maintenanceWindow; an empty notAllowedTime is left out and times lose their ".000".
+    recorded = _recorded(exchange)
+    arm.cluster.maintenance_configurations["default"] = recorded["request"]["body"]["properties"]
+    one = arm.call("GET", f"{arm.cluster.id}/maintenanceConfigurations/default", api_version="2026-07-01")
+    served = json.loads(one.body)
+    assert set(served) == {"id", "name", "properties"}, "no type, as recorded"
+    assert served["name"] == "default" and served["id"] == f"{arm.cluster.id}/maintenanceConfigurations/default"
+    assert served["properties"] == recorded["response"]["body"]["properties"]
+    assert arm.configs()["default"] == recorded["response"]["body"]["properties"]
+
+
+def test_the_recorded_legacy_default_reads_back_identically(arm: Arm) -> None:
+    written = _recorded("put_maintenance_default_legacy_not_allowed_time")["request"]["body"]["properties"]
+    arm.cluster.maintenance_configurations["default"] = written
+    assert arm.configs()["default"] == _recorded("get_maintenance_default_legacy")["response"]["body"]["properties"]
+    assert "maintenanceWindow" not in arm.configs()["default"]
 
 
 def test_a_window_without_start_date_gets_the_creation_date_and_keeps_it(arm: Arm) -> None:

@@ -22,6 +22,9 @@ CLIENT_ID = "11111111-2222-3333-4444-555555555555"
 SCENARIO: dict[str, Any] = {
     "seed": 3,
     "clock": {"speed": 100.0},
+    # AKS sends no Retry-After on its operations; a scenario may ask for one so SDK pollers poll fast (a harness
+    # convenience, sim/arm/lro.py): this module's poller relies on it, no polling_interval given.
+    "timings": {"lro_retry_after_s": 1},
     "subscriptions": [{
         "id": SUB,
         "quotas": [{"location": "eastus", "family": "standardNCASv3_T4Family", "limit": 8}],
@@ -106,4 +109,4 @@ def test_the_scenario_quota_refuses_more_t4_vcpus_than_the_limit(aks: ContainerS
     body = m.AgentPool({"properties": {"vmSize": "Standard_NC4as_T4_v3", "count": 3, "mode": "User"}})
     with pytest.raises(HttpResponseError) as caught:
         aks.agent_pools.begin_create_or_update("rg1", "c1", "more", body)
-    assert caught.value.error is not None and caught.value.error.code == "InsufficientVCPUQuota"
+    assert caught.value.error is not None and caught.value.error.code == "ErrCode_InsufficientVCPUQuota"

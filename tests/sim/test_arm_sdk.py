@@ -40,6 +40,9 @@ CLIENT_ID = "11111111-2222-3333-4444-555555555555"
 ARM_SCOPE = "https://management.azure.com/.default"
 T4 = "Standard_NC4as_T4_v3"
 SPEED = 200.0
+# AKS sends no Retry-After on its operations (tests/replay/recordings, README finding 4), so neither does the
+# simulator by default; without one the SDK poller sleeps its polling_interval (30 s): the clients here poll fast.
+POLL_S = 0.05
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,6 +59,7 @@ class Sim:
         return self.server.base_url
 
     def aks(self, credential: Any = None, **options: Any) -> ContainerServiceClient:
+        options.setdefault("polling_interval", POLL_S)
         return ContainerServiceClient(credential or self.credential(), SUB, base_url=self.arm,
                                       credential_scopes=[ARM_SCOPE], connection_verify=self.ca, **options)
 
@@ -283,7 +287,7 @@ def test_quota_exceeded_and_allocation_failed_reach_the_caller(sim: Sim) -> None
     big = m.AgentPool({"properties": {"vmSize": "Standard_ND96asr_v4", "count": 2, "mode": "User"}})
     with pytest.raises(HttpResponseError) as quota:
         client.agent_pools.begin_create_or_update(RG, CLUSTER, "a100", big)
-    assert code_of(quota.value) == "InsufficientVCPUQuota"  # AKS's pre-flight
+    assert code_of(quota.value) == "ErrCode_InsufficientVCPUQuota"  # AKS's pre-flight
 
     sim.fleet.capacity[("eastus", "Standard_NC8as_T4_v3")] = 0
     none_left = m.AgentPool({"properties": {"vmSize": "Standard_NC8as_T4_v3", "count": 1, "mode": "User"}})
@@ -302,6 +306,39 @@ def test_an_injected_lro_failure_fails_the_poller(sim: Sim) -> None:
     with pytest.raises(HttpResponseError, match="InternalOperationError"):
         poller.result()
     sim.aks().agent_pools.begin_delete(RG, CLUSTER, "flaky").result()
+
+
+def test_the_pool_list_pager_follows_the_next_link_and_sees_every_pool_once(sim: Sim) -> None:
+    # the first page carries a nextLink whose page is empty (recorded: test_aks_create_gpu_driver_flow.json
+    # list_agentpools / list_agentpools_next_page_empty)
+    names = [p.name for p in sim.aks().agent_pools.list(RG, CLUSTER)]
+    assert names == sorted(sim.cluster.pools) and len(names) == len(set(names))
+
+
+class OwnerCredential:
+    """The subscriptions' owner (a harness token): the app's own role holds no abort action."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        token, expires = self.fleet.tokens.issue(ARM_SCOPE)[:2]
+        return AccessToken(token, int(expires))
+
+
+def test_an_abort_through_the_sdk_poller_leaves_the_pool_canceled_without_its_scale(sim: Sim) -> None:
+    client = sim.aks(OwnerCredential(sim.fleet))
+    client.agent_pools.begin_create_or_update(RG, CLUSTER, "abrt", managed_t4(1)).result()
+    pool = client.agent_pools.get(RG, CLUSTER, "abrt")
+    pool.properties.count = 3
+    client.agent_pools.begin_create_or_update(RG, CLUSTER, "abrt", pool, polling=False)
+    client.agent_pools.begin_abort_latest_operation(RG, CLUSTER, "abrt").result()
+    after = client.agent_pools.get(RG, CLUSTER, "abrt")
+    assert (after.properties.provisioning_state, after.properties.count) == ("Canceled", 1)
+    assert len(sim.cluster.pool_nodes("abrt")) == 1
+    client.agent_pools.begin_delete(RG, CLUSTER, "abrt").result()
 
 
 # --------------------------------------------------------------------------- compute

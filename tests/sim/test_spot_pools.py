@@ -95,7 +95,7 @@ def test_the_quota_check_of_spot_vms_is_the_low_priority_quota() -> None:
     api._check_quota(c, size, extra_vcpus=16, priority="Spot")  # 16 + 16 <= 32: fits
     with pytest.raises(ArmError) as refused:
         api._check_quota(c, size, extra_vcpus=24, priority="Spot")
-    assert refused.value.code == "InsufficientVCPUQuota"
+    assert refused.value.code == "ErrCode_InsufficientVCPUQuota"
     assert "requested 24, remaining 16 for family lowPriorityCores" in str(refused.value)
     with pytest.raises(ArmError):
         api._check_quota(c, size, extra_vcpus=8, priority="Regular")  # regular VMs still meet the family quota
@@ -189,7 +189,7 @@ def test_a_scenario_can_schedule_spot_evictions_by_pool_and_index() -> None:
 
 
 def test_a_spot_pool_put_is_refused_by_the_low_priority_quota_and_not_by_its_family() -> None:
-    from tests.sim.test_arm_handler import SUB, Arm, body, error
+    from tests.sim.test_arm_handler import SUB, Arm, arm_error, error
 
     family = lookup(T4).family
     arm = Arm(quotas={(SUB, "eastus", family): 0, (SUB, "eastus", "lowPriorityCores"): 16})
@@ -197,6 +197,6 @@ def test_a_spot_pool_put_is_refused_by_the_low_priority_quota_and_not_by_its_fam
     assert arm.create("spotok", {**spot, "count": 2}).status == 201  # 16 low-priority vCPUs; family quota 0
     arm.advance(120)
     refused = arm.create("spotmore", {**spot, "count": 1})
-    assert error(refused) == (400, "InsufficientVCPUQuota")
-    assert "for family lowPriorityCores" in body(refused)["error"]["message"]
-    assert error(arm.create("regular", {"vmSize": T4, "count": 1})) == (400, "InsufficientVCPUQuota")  # the family's quota
+    assert error(refused) == (400, "ErrCode_InsufficientVCPUQuota")
+    assert "for family lowPriorityCores" in arm_error(refused)["message"]
+    assert error(arm.create("regular", {"vmSize": T4, "count": 1})) == (400, "ErrCode_InsufficientVCPUQuota")  # family quota

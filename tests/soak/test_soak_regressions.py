@@ -58,3 +58,16 @@ def test_short_seed_13_a_forged_row_whose_node_was_replaced_meanwhile_is_refused
     pool gpu1"), and -6 ended gave_up ("an operator must look at it") instead of blocked."""
     result = run_seed(13, mix=EVERY_LAYER, short=True, wall_budget_s=240.0)
     assert not result.failed, failure_text(result)
+
+
+def test_seed_931005_a_degraded_host_refused_by_the_pool_budget_is_drained_once_the_slot_frees() -> None:
+    """Fixed (issue 24): Resource Health said aks-gpu1-...-vmss000002 was on degraded hardware while its neighbour
+    vmss000000 was being repaired; the admission was refused three times ("pool gpu1: 1 of 3 nodes already
+    unavailable, the budget allows 1"), the neighbour's repair ended, and nothing looked at vmss000002 again: the
+    run ended quiet with the degraded host never drained. A pushed fault refused for a reason that passes is now
+    kept and judged again every sweep (shared/remediation/pending_faults.py); soak/signal_invariants.py
+    ``health-fault-liveness`` fails a run that loses one."""
+    result = run_seed(931005, mix=EVERY_LAYER, wall_budget_s=300.0)
+    assert not result.failed, failure_text(result)
+    remediated = [n for n in result.notes if n.startswith("remediation ") and "vmss000002" in n]
+    assert remediated, "\n".join(result.notes)

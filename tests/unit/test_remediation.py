@@ -308,10 +308,11 @@ def test_a_pause_refuses_remediation_with_the_reason(how: str) -> None:
         node = fleet.kube.nodes["aks-gpu-1"]
         fleet.kube.nodes["aks-gpu-1"] = msgspec.structs.replace(node, labels={**node.labels,
                                                                               "gpu-fleet-steward/opt-out": "true"})
+    code = "opt-out" if how == "node label" else "paused"  # a node's opt-out is its own code: a person's choice
     answer = admission.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
-    assert answer.outcome is admission.Handling.REFUSED and answer.detail.startswith("refused (paused)")
+    assert answer.outcome is admission.Handling.REFUSED and answer.detail.startswith(f"refused ({code})")
     again = admission.handle_event(unhealthy_event("aks-gpu-1", fleet=fleet), ctx)
-    assert again.outcome is admission.Handling.REFUSED and again.detail.startswith("refused (paused, already")
+    assert again.outcome is admission.Handling.REFUSED and again.detail.startswith(f"refused ({code}, already")
     assert records(fleet) == [] and fleet.cluster_writes() == []
     assert fleet.events.types() == [EV + Event.REFUSED]
 

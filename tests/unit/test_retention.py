@@ -61,7 +61,7 @@ def row(kind: str, id_: str, state: str, *, age_days: float, lease_until: float 
 def test_the_kinds_and_states_named_in_the_kernel_are_the_jobs_own() -> None:
     from shared.migration import records as migration
     from shared.pools import records as pools
-    from shared.remediation import commands, dcgm, dcgm_reports, decisions, gpu_capacity
+    from shared.remediation import commands, dcgm, dcgm_reports, decisions, gpu_capacity, pending_faults
     from shared.remediation import records as remediation
 
     assert retention.REMEDIATION_ACTIVE == remediation.ACTIVE_STATES
@@ -72,7 +72,8 @@ def test_the_kinds_and_states_named_in_the_kernel_are_the_jobs_own() -> None:
     assert retention.COMMAND_ENDED == commands.TERMINAL_STATES
     kinds = {r.kind for r in retention.standard_rules(POLICY)}
     assert kinds == {remediation.KIND, remediation.NODE_KIND, remediation.DEDUPE_KIND, pools.KIND, migration.KIND,
-                     commands.KIND, dcgm_reports.REPORT_KIND, dcgm.DCGM_KIND, gpu_capacity.ROW_KIND, decisions.KIND}
+                     commands.KIND, dcgm_reports.REPORT_KIND, dcgm.DCGM_KIND, gpu_capacity.ROW_KIND, decisions.KIND,
+                     pending_faults.KIND}
     assert remediation.BUDGET_KIND not in kinds and "breaker" not in kinds, "single rows are never expired"
 
 
