@@ -1,7 +1,13 @@
 """One real remediation on the simulator through a local Functions host, observed from outside.
 
-Shared by three benchmarks (reaction, drain_time, requests): starting Azurite, the simulator and a
-host costs more than any of them measures, so the run happens once per scale and is memoised.
+Shared by four benchmarks (reaction, drain_time, requests, time_to_repair): starting Azurite, the
+simulator and a host costs more than any of them measures, so the run happens once per scale and is
+memoised (:func:`get`). time_to_repair also needs one run per rung of the ladder (:func:`get_rung`,
+memoised per scale and rung): the same fleet and fault with ``REMEDIATION_LADDER`` set to that one
+rung and the condition's ``fixed_by`` to it, so the first rung is the one that cures the node. The
+restart rung's run is :func:`get`'s; the reimage and replace runs skip the quiet window (they count
+no requests) and the replace run's scenario adds the pool operations' timings (``pool_scale_s``,
+``delete_machines_s``); the scenario's quota (far above one more GPU VM) lets the replace surge.
 
 The fleet: one cluster, a one-node A100 pool running 100 workload pods of four Deployments whose
 grace periods are 10, 20, 30 and 60 s (no PDB: the drain's length is the grace periods', not a
@@ -30,6 +36,11 @@ SWEEP_INTERVAL_S = 30
 THRESHOLD_S = 60
 GRACES = (10, 20, 30, 60)
 RESTART_S = 20  # the simulator's VM restart, until the node is Ready again (timings.restart_s)
+REIMAGE_S = 60  # the simulator's VM reimage, until the node is Ready again (timings.reimage_s)
+NODE_READY_S = 5  # a new node joins NotReady and turns Ready this long after (timings.node_ready_s)
+POOL_SCALE_S = 30  # the count change's LRO; the new node joins when it ends (timings.pool_scale_s, the sim's default)
+DELETE_MACHINES_S = 30  # deleteMachines' LRO; the node goes when it ends (timings.delete_machines_s, the sim's default)
+RUNGS = ("restart", "reimage", "replace")
 
 _cache: dict[str, RemediationRun] = {}
 
@@ -54,9 +65,29 @@ class RemediationRun:
     window: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     error: str = ""
+    rung: str = "restart"  # the ladder's only (or, for the restart run, first) rung and the fault's fixed_by
+    timings: dict[str, float] = field(default_factory=dict)  # the scenario's timings (the floor reads them)
+    replace: dict[str, Any] = field(default_factory=dict)  # the record's data.replace (mode, replacement, ...)
+    target: str = ""  # the node back in service: the node itself, or its replacement
+    target_ready_at: float | None = None  # the replacement's Ready transition (replace rung)
+    in_service: str = ""  # why the target is not back in service at the end (empty when it is)
 
 
-def scenario(scale: Scale) -> dict[str, Any]:
+def timings(rung: str = "restart") -> dict[str, float]:
+    """The scenario's timings for ``rung``'s run (the restart run's are unchanged; replace adds the pool's)."""
+    out: dict[str, float] = {"node_ready_s": NODE_READY_S, "pod_start_s": 1, "restart_s": RESTART_S,
+                             "reimage_s": REIMAGE_S, "lro_retry_after_s": 2}
+    if rung == "replace":
+        out |= {"pool_scale_s": POOL_SCALE_S, "delete_machines_s": DELETE_MACHINES_S}
+    return out
+
+
+def profile(rung: str = "restart") -> dict[str, str]:
+    """The app's settings for ``rung``'s run: the restart run keeps the whole ladder, the others only their rung."""
+    return dict(PROFILE) if rung == "restart" else {**PROFILE, "REMEDIATION_LADDER": rung}
+
+
+def scenario(scale: Scale, rung: str = "restart") -> dict[str, Any]:
     per = max(1, scale.drain_pods // len(GRACES))
     workloads: list[dict[str, Any]] = [
         {"kind": "Deployment", "name": f"grace{g}", "namespace": "batch", "replicas": per,
@@ -65,7 +96,7 @@ def scenario(scale: Scale) -> dict[str, Any]:
     return {
         "seed": 31,
         "clock": {"speed": scale.speed},
-        "timings": {"node_ready_s": 5, "pod_start_s": 1, "restart_s": RESTART_S, "reimage_s": 60, "lro_retry_after_s": 2},
+        "timings": timings(rung),
         "subscriptions": [{
             "id": "00000000-0000-0000-0000-0000000be7c1",
             "quotas": [{"location": "eastus", "family": f, "limit": 100000}
@@ -142,12 +173,25 @@ def get(scale: Scale) -> RemediationRun:
     return _cache[scale.name]
 
 
-def _run(scale: Scale) -> RemediationRun:
+def get_rung(scale: Scale, rung: str) -> RemediationRun:
+    """The run whose ladder is ``rung`` alone and whose fault that rung cures (restart: :func:`get`'s run)."""
+    if rung == "restart":
+        return get(scale)
+    if rung not in RUNGS:
+        raise ValueError(f"unknown rung {rung!r} (one of {RUNGS})")
+    key = f"{scale.name}/{rung}"
+    if key not in _cache:
+        _cache[key] = _run(scale, rung)
+    return _cache[key]
+
+
+def _run(scale: Scale, rung: str = "restart") -> RemediationRun:
     import devstack
 
-    run = RemediationRun(speed=scale.speed, sweep_interval_s=SWEEP_INTERVAL_S, threshold_s=THRESHOLD_S)
+    run = RemediationRun(speed=scale.speed, sweep_interval_s=SWEEP_INTERVAL_S, threshold_s=THRESHOLD_S, rung=rung,
+                         timings=timings(rung))
     try:
-        with devstack.running(scenario=scenario(scale), seed=31, profile=PROFILE, hosts=1,
+        with devstack.running(scenario=scenario(scale, rung), seed=31, profile=profile(rung), hosts=1,
                               host_json=devstack.FAST_HOST_JSON) as stack:
             _drive(stack, run, scale)
     except Exception as error:
@@ -169,20 +213,25 @@ def _drive(stack: Any, run: RemediationRun, scale: Scale) -> None:
                         timeout=min(scale.timeout_s, 90))
     if not first_sweep:
         raise RuntimeError("the host never swept the fleet (no Kubernetes request reached the simulator)")
-    quiet_s = 3 * SWEEP_INTERVAL_S
-    t0, c0 = sim.state()["clock"]["now"], counts(sim.oracles())
-    time.sleep(quiet_s / scale.speed)
-    t1, c1 = sim.state()["clock"]["now"], counts(sim.oracles())
-    run.quiet = {"seconds": t1 - t0, "counts": diff(c1, c0)}
-    # The fault.
+    if run.rung == "restart":  # only the restart run's requests are counted (bench.requests)
+        quiet_s = 3 * SWEEP_INTERVAL_S
+        t0, c0 = sim.state()["clock"]["now"], counts(sim.oracles())
+        time.sleep(quiet_s / scale.speed)
+        t1, c1 = sim.state()["clock"]["now"], counts(sim.oracles())
+        run.quiet = {"seconds": t1 - t0, "counts": diff(c1, c0)}
+    # The fault, cured by the run's rung (and every stronger one).
     sim.control("POST", "/conditions", {"cluster": CLUSTER, "node": name, "type": CONDITION, "status": "True",
-                                        "fixed_by": "restart"})
+                                        "fixed_by": run.rung})
     kube = sim.kube_client(CLUSTER)
     from kubernetes import client as k8s
 
     v1 = k8s.CoreV1Api(kube)
-    conditions = {c.type: c for c in v1.read_node(name).status.conditions or ()}
-    run.flip_at = conditions[CONDITION].last_transition_time.timestamp()
+    status = v1.read_node(name).status
+    conditions = {c.type: c for c in (status.conditions if status is not None else None) or ()}
+    flipped = conditions[CONDITION].last_transition_time
+    if flipped is None:
+        raise RuntimeError(f"{CONDITION} on {name} has no lastTransitionTime")
+    run.flip_at = flipped.timestamp()
     kube.close()
     c_flip = counts(sim.oracles())  # after our one read: the window starts clean of our own requests
     # The cordon, seen by polling the simulator's state (its clock, not counted as requests).
@@ -231,10 +280,41 @@ def _drive(stack: Any, run: RemediationRun, scale: Scale) -> None:
     run.done_at = record.updated_at
     for line in run.history:
         if line.get("state") == "repairing" and run.drained_at is None:
-            run.drained_at = _when(line)
+            run.drained_at = when(line)
+    run.replace = dict(record.data.get("replace") or {})
+    run.target = str(record.data.get("target") or run.replace.get("replacement") or name)
+    try:  # after the run: a failure here leaves the run's other figures as they are
+        _back_in_service(sim, run, name)
+    except Exception as error:
+        run.in_service = f"could not check: {type(error).__name__}: {error}"[:300]
 
 
-def _when(line: dict[str, Any]) -> float | None:
+def _back_in_service(sim: Any, run: RemediationRun, name: str) -> None:
+    """Whether the node (or its replacement) is back in service once the remediation ended: there, Ready and
+    schedulable; the replaced node gone. The replacement's Ready time is read from its Ready condition."""
+    state = sim.state()
+    target = _node(state, run.target)
+    if target is None:
+        run.in_service = f"{run.target} is not in the cluster"
+    elif not target["ready"] or target["unschedulable"]:
+        run.in_service = f"{run.target} is {'not Ready' if not target['ready'] else 'still cordoned'}"
+    elif run.target != name and _node(state, name) is not None:
+        run.in_service = f"the replaced node {name} is still there"
+    if run.target == name or target is None:
+        return
+    kube = sim.kube_client(CLUSTER)
+    try:
+        from kubernetes import client as k8s
+
+        status = k8s.CoreV1Api(kube).read_node(run.target).status
+        ready = next((c for c in (status.conditions if status is not None else None) or () if c.type == "Ready"), None)
+        if ready is not None and ready.status == "True" and ready.last_transition_time is not None:
+            run.target_ready_at = ready.last_transition_time.timestamp()
+    finally:
+        kube.close()
+
+
+def when(line: dict[str, Any]) -> float | None:
     at = line.get("at")
     if isinstance(at, int | float):
         return float(at)

@@ -84,6 +84,13 @@ class SimClient:
         answer = self.request("GET", f"{self._feed_path}?{urllib.parse.urlencode(query)}")
         return list((answer or {}).get("deliveries") or [])
 
+    def backlog(self, *, subscriber: str, types: tuple[str, ...]) -> tuple[int, float | None]:
+        """(deliveries queued or locked for ``subscriber``, when the next is due): ``/eventgrid/_backlog``."""
+        query = {"subscriber": subscriber, **({"types": ",".join(types)} if types else {})}
+        answer = self.request("GET", f"{self._feed_path.rsplit('/', 1)[0]}/_backlog?{urllib.parse.urlencode(query)}") or {}
+        next_at = answer.get("next_at")
+        return int(answer.get("queued", 0)) + int(answer.get("locked", 0)), None if next_at is None else float(next_at)
+
     def settle(self, *, subscriber: str, lock_token: str, outcome: str, reason: str = "") -> None:
         result = {"lock_token": lock_token, "outcome": outcome}
         if reason:

@@ -310,6 +310,13 @@ class InProcessRun:
         # A kept refused fault (shared.remediation.pending_faults) is work still to do: judged by every sweep, so
         # the run is not quiet while one waits (issue 24).
         active += len(self.raw_ledger.list(pending_kind())) + self._waiting_faults()
+        # An Event Grid delivery still on its way (a delay fault holds one up to 300 s) is work to do too: a run
+        # that ended before it arrived lost a Resource Health fault it never saw (short seed 12).
+        for subscriber, types in ((SUBSCRIBER, (UNHEALTHY,)), (HEALTH_SUBSCRIBER, HEALTH_TYPES)):
+            pending, next_at = self.sim.backlog(subscriber=subscriber, types=types)
+            active += pending
+            if next_at is not None:
+                earliest = next_at if earliest is None else min(earliest, next_at)
         return earliest, active, latest_deadline
 
     def run(self) -> RunLog:

@@ -431,12 +431,13 @@ def check_all(evidence: Evidence) -> list[Violation]:
     # These modules import this one: not at its top.
     from soak.forged_row_invariants import FORGED_ROW_CHECKS, without_forged_rows
     from soak.forgery_invariants import FORGERY_CHECKS
+    from soak.liveness import check_fault_liveness
     from soak.signal_invariants import SIGNAL_CHECKS
     from soak.strict_invariants import STRICT_CHECKS
 
     out: list[Violation] = []
     own = without_forged_rows(evidence)  # the app's own records; the forged rows are judged by their checks
-    for check in (*CHECKS, *STRICT_CHECKS, *SIGNAL_CHECKS, *FORGERY_CHECKS):
+    for check in (*CHECKS, *STRICT_CHECKS, *SIGNAL_CHECKS, *FORGERY_CHECKS, check_fault_liveness):
         out.extend(check(own))
     for check in FORGED_ROW_CHECKS:
         out.extend(check(evidence))

@@ -32,6 +32,15 @@ class ProcessLog:
     end_reason: str = ""
 
 
+def in_flight_deliveries(client: Any) -> int:
+    """Event Grid deliveries still queued (a delay fault holds one up to 300 s) or locked for the hosts'
+    subscriptions (devhost/eventgrid_subscriptions.json): a run is not quiet while one is on its way."""
+    from devhost.eventgrid import load_subscriptions
+
+    return sum(client.backlog(subscriber=sub.name, types=sub.included_event_types)[0]
+               for sub in load_subscriptions().values())
+
+
 class ProcessRun:
     def __init__(self, scenario: SoakScenario, *, azurite: Any, state_dir: Path, wall_budget_s: float) -> None:
         if azurite is None:
@@ -91,7 +100,7 @@ class ProcessRun:
                             self.log.kills.append(f"host pid {victim.pid} killed at t+{elapsed:.0f}s")
                             seq += 1
                             stack.start_host(f"soak-{seq}")
-                    active = active_records(ledger)
+                    active = active_records(ledger) + in_flight_deliveries(client)
                     if elapsed >= scenario.quiet_after_s and active == 0 and not actions.pending:
                         self.log.end_reason = "quiet: no active record"
                         break

@@ -19,6 +19,7 @@ class Summary:
     modes: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    by_cause: Counter[str] = field(default_factory=Counter)
     failures: list[RunResult] = field(default_factory=list)
     by_invariant: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
@@ -29,6 +30,7 @@ class Summary:
         self.modes[result.mode] += 1
         self.faults.update(result.faults)
         self.outcomes.update(result.outcomes)
+        self.by_cause.update(result.by_cause)
         self.wall_s += result.wall_s
         self.sim_s += result.sim_s
         if result.failed:
@@ -59,6 +61,9 @@ def print_summary(summary: Summary, out: TextIO) -> None:
         print(f"  {n:7d}  {kind}", file=out)
     print("outcomes:", file=out)
     for kind, n in sorted(summary.outcomes.items()):
+        print(f"  {n:7d}  {kind}", file=out)
+    print("genuine faults and migrations, by how they ended (soak.liveness):", file=out)
+    for kind, n in sorted(summary.by_cause.items()):
         print(f"  {n:7d}  {kind}", file=out)
     print(f"invariant failures: {sum(summary.by_invariant.values())} in {len(summary.failures)} scenario(s)", file=out)
     for inv, n in sorted(summary.by_invariant.items()):

@@ -56,6 +56,7 @@ class RunResult:
     end_reason: str = ""
     outcomes: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)  # how each record ended, for --replay
+    by_cause: Counter[str] = field(default_factory=Counter)  # soak.liveness.outcome_table
 
     @property
     def failed(self) -> bool:
@@ -238,9 +239,22 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
         for rec in own.records.get("dedupe", []):  # what fleetctl why explains (soak.invariants check_explained)
             if rec.id.startswith("refused-"):
                 result.outcomes[f"refusal recorded: {rec.data.get('reason_code')}"] += 1
+                result.notes.append(f"refused at t+{rec.created_at - evidence.start:.0f}s {rec.data.get('node')} "
+                                    f"({rec.data.get('reason_code')}): {str(rec.data.get('reason') or '')[:200]}")
         for rec in own.records.get("decision", []):
             result.outcomes[f"skip of a faulty node recorded: {rec.data.get('code')}"] += 1
+            result.notes.append(f"skipped at t+{rec.created_at - evidence.start:.0f}s {rec.data.get('node')} "
+                                f"({rec.data.get('code')})")
+        for rec in own.records.get("pending-fault", []):
+            result.notes.append(f"kept at the end: {rec.data.get('node')} ({rec.data.get('code')}, "
+                                f"{rec.data.get('tries')} tries)")
         result.violations = check_all(evidence)
+        from soak.liveness import outcome_table, outcomes
+
+        result.by_cause.update(outcome_table(own))
+        for o in outcomes(own):
+            result.notes.append(f"fault {o.fault.label} at t+{o.fault.at - evidence.start:.0f}s: {o.kind} "
+                                f"({o.how}{'; ' + o.cause if o.cause else ''})")
     except Exception as error:
         result.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"
     result.wall_s = time.monotonic() - started

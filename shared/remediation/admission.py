@@ -26,7 +26,7 @@ from shared.fleet import node_fate, node_truth, scope
 from shared.kernel.errors import Conflict, Forbidden, NotFound
 from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.timefmt import iso, parse_time
-from shared.remediation import breaker, budget, health
+from shared.remediation import breaker, budget, health, pool_view
 from shared.remediation.notify import metric, publish_now
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
@@ -90,8 +90,13 @@ def _ignored(detail: str) -> Handled:
     return Handled(Handling.IGNORED, f"ignored: {detail}")
 
 
-def _duplicate(detail: str) -> Handled:
-    return Handled(Handling.DUPLICATE, f"duplicate: {detail}")
+#: A duplicate's code when another fault's remediation holds the node: this fault is not handled yet (a pushed
+#: one is kept and judged again, shared.remediation.pending_faults); "" when this very fault is handled.
+NODE_BUSY = "node-busy"
+
+
+def _duplicate(detail: str, *, code: str = "") -> Handled:
+    return Handled(Handling.DUPLICATE, f"duplicate: {detail}", code)
 
 
 def policy_of(ctx: Context) -> RemediationPolicy:
@@ -315,15 +320,6 @@ def judge_node(ctx: Context, cluster: Any, node: NodeView) -> node_truth.Verdict
     return ctx.caches.node_verdicts.put(key, verdict, now=now)
 
 
-def _pool_unavailable(kube: KubePort, selector: str, policy: RemediationPolicy) -> tuple[int, set[str]]:
-    size, unavailable = 0, set()
-    for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
-        size += 1
-        if not n.ready or n.unschedulable:
-            unavailable.add(n.name)
-    return size, unavailable
-
-
 def _live_slots(ctx: Context, slots: Mapping[str, Slot], now: float) -> dict[str, Slot]:
     """Slots of remediations still active (a finished or vanished one frees its slot)."""
     live: dict[str, Slot] = {}
@@ -344,7 +340,8 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
     cluster_id, name, fault = info["cluster"], node.name, info["fault"]
     nk = node_key(cluster_id, name)
     pool = health.pool_of(node)
-    pool_size, unavailable_now = _pool_unavailable(kube, health.pool_selector(node), policy)
+    listed = pool_view.pool_nodes(kube, health.pool_selector(node), page_size=policy.page_size)
+    unavailable_now = {n for n, down in listed.items() if down}
     for _ in range(_ADMIT_TRIES):
         now = ctx.clock.now()
         node_rec = ctx.ledger.get(NODE_KIND, nk)
@@ -360,15 +357,17 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
             if existing.data.get("fault") == fault:
                 return _duplicate(f"remediation {rid} handles this fault")
             if existing.state in ACTIVE_STATES:
-                return _duplicate(f"remediation {rid} is in progress on {name}")
+                return _duplicate(f"remediation {rid} is in progress on {name}", code=NODE_BUSY)
             continue
         last = ctx.ledger.get(KIND, nd.attempts[-1].id) if nd.attempts else None
         if last is not None and last.state in ACTIVE_STATES:
-            return _duplicate(f"remediation {last.id} is in progress on {name}")
+            return _duplicate(f"remediation {last.id} is in progress on {name}", code=NODE_BUSY)
 
         budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
         slots = _live_slots(ctx, decode(budget_rec.data, BudgetData).slots if budget_rec else {}, now)
         in_pool = {s.node for s in slots.values() if s.cluster == cluster_id and s.pool == pool}
+        # a surge node stands in for the broken node it replaces: not the team's capacity (pool_view)
+        pool_size = len(listed) - pool_view.surge_stand_ins(ctx, slots, cluster=cluster_id, pool=pool, listed=listed)
         in_cluster = sum(1 for s in slots.values() if s.cluster.lower() == cluster_id.lower())
         node_check = budget.node_admission(attempts=[a.at for a in nd.attempts],
                                            last_finished_at=last.updated_at if last is not None else None,

@@ -54,7 +54,7 @@ from shared.kernel.errors import Conflict, Forbidden, NotFound, StewardError
 from shared.kernel.ports import AvailabilityView, ClusterInfo, KubePort, NodeView, Record
 from shared.kernel.timefmt import iso, parse_time
 from shared.remediation import health, pending_faults, signal_policy
-from shared.remediation.admission import Handled, Handling, admit_signal, refuse
+from shared.remediation.admission import NODE_BUSY, Handled, Handling, admit_signal, refuse
 from shared.remediation.records import DEDUPE_KIND, fault_id, subject
 from shared.remediation.signal_policy import HealthRow, class_key
 from shared.remediation.signals import Signal, SignalSource
@@ -210,8 +210,9 @@ def handle(event: Mapping[str, Any], ctx: Context, *, observed_at: float | None 
     observed = parse_time(data.operational_info.resource_event_time or None) or parse_time(event.get("time") or None)
     handled = admit_signal(ctx, cluster=cluster, node=node, signal=signal, event_id=str(event.get("id") or ""),
                            observed_at=observed_at if observed_at is not None else float(observed or since))
-    if handled.outcome == Handling.REFUSED:
-        # pushed once: a refusal that passes by itself must not lose the fault (shared.remediation.pending_faults)
+    if handled.outcome == Handling.REFUSED or handled.code == NODE_BUSY:
+        # pushed once: a refusal that passes by itself, or another fault's repair holding the node, must not lose
+        # the fault (shared.remediation.pending_faults)
         pending_faults.keep(ctx, event=event, info=info, handled=handled)
     log.info("health event %s on %s/%s (%s): %s", key, cluster.name, node.name, decision.row, handled.detail)
     return handled

@@ -2,9 +2,9 @@
 
 NPD conditions and DCGM series are pulled: the sweep finds a refused fault again every minute, and it is
 admitted once the budget, the breaker or the cooldown allows. An Azure Resource Health event is pushed:
-it arrives once, and a refusal used to be the end of it (soak seed 931005: a degraded host refused three
-times while its neighbour's repair held the pool's budget, then never looked at again). So when the
-admission refuses a Resource Health fault with a code whose rule passes by itself
+it arrives once, and a refusal (or another fault's remediation on the node) used to be the end of it
+(soak seed 931005: a degraded host refused three times while its neighbour's repair held the pool's budget,
+then never looked at again). So when the admission refuses a Resource Health fault with a code whose rule passes by itself
 (shared.remediation.refusals ``RULES[code].passes``: a budget slot, a cooldown, a node recreated; and the
 pause and the breaker, which end when an operator acts), the event is kept here, one ``pending-fault`` row
 per fault, and :func:`rejudge` (called by every sweep) hands it to shared.remediation.health_events
@@ -12,8 +12,10 @@ per fault, and :func:`rejudge` (called by every sweep) hands it to shared.remedi
 for a fresh delivery, so a kept event is never trusted more than a new one (a row anyone wrote is only an
 event to check):
 
-- admitted, or already handled (a duplicate): the row goes;
-- refused again for a reason that passes: the row stays (``tries`` counts the judgements);
+- admitted, or this very fault already handled (a duplicate): the row goes;
+- refused again for a reason that passes, or the node held by another fault's remediation (a duplicate with
+  ``admission.NODE_BUSY``: a restart for a device-plugin fault need not cure a failing host): the row stays
+  (``tries`` counts the judgements);
 - refused for a reason that needs a person (a trust check, an opt-out), or no longer confirmed by its
   source (Resource Health says the VM is fine, the VM or node is gone): the row goes, with a
   ``Steward.Remediation.PendingDropped`` event saying why;
@@ -64,10 +66,14 @@ class PendingFault(msgspec.Struct, kw_only=True):
 
 def passes(code: str) -> bool:
     """Whether a fault refused with ``code`` is kept: its rule passes by itself, or it ends when an operator
-    unpauses the steward or resets the breaker (the fault must still be there to repair then)."""
+    unpauses the steward or resets the breaker (the fault must still be there to repair then), or another
+    fault's remediation holds the node (``admission.NODE_BUSY``: that repair may not cure this fault)."""
     from shared.remediation import budget
+    from shared.remediation.admission import NODE_BUSY
     from shared.remediation.refusals import RULES
 
+    if code == NODE_BUSY:
+        return True
     rule = RULES.get(code)
     return rule is not None and (rule.passes or code in (budget.PAUSED, budget.BREAKER))
 
@@ -83,7 +89,7 @@ def keep(ctx: Context, *, event: Mapping[str, Any], info: Mapping[str, Any], han
     try:
         current = ctx.ledger.get(KIND, fault)
         if current is None:
-            if len(ctx.ledger.list(KIND)) >= MAX_ROWS:
+            if len(ctx.ledger.scan(KIND, limit=MAX_ROWS)) >= MAX_ROWS:  # bounded: never the whole kind
                 log.warning("pending faults full (%d): %s on %s is refused and not kept", MAX_ROWS, fault, info.get("node"))
                 return
             row = PendingFault(event=dict(event), cluster=str(info["cluster"]), node=str(info["node"]), code=code,
@@ -140,7 +146,7 @@ def rejudge(ctx: Context) -> Rejudged:
     report = Rejudged()
     now = ctx.clock.now()
     try:
-        rows = sorted(ctx.ledger.list(KIND), key=lambda r: (r.updated_at, r.id))[:MAX_PER_SWEEP]
+        rows = sorted(ctx.ledger.scan(KIND, limit=MAX_ROWS), key=lambda r: (r.updated_at, r.id))[:MAX_PER_SWEEP]
     except NotFound:
         return report
     except StewardError as exc:
@@ -162,7 +168,9 @@ def rejudge(ctx: Context) -> Rejudged:
         except StewardError as exc:
             report.errors.append(f"{record.id}: {type(exc).__name__}: {exc}")
             continue
-        if handled.outcome in (Handling.ADMITTED, Handling.DUPLICATE):
+        if handled.outcome == Handling.DUPLICATE and passes(handled.code):
+            report.waiting += 1  # another fault's repair holds the node: health_events.handle kept it again
+        elif handled.outcome in (Handling.ADMITTED, Handling.DUPLICATE):
             report.admitted += handled.outcome == Handling.ADMITTED
             try:
                 current = ctx.ledger.get(KIND, record.id)

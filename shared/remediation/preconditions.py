@@ -34,7 +34,7 @@ from shared.drain.runner import fetch_pdbs
 from shared.drain.settings import DrainSettings
 from shared.kernel.errors import Conflict
 from shared.kernel.ports import KubePort, NodeView, Record
-from shared.remediation import breaker, budget, health
+from shared.remediation import breaker, budget, health, pool_view
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
     ACTIVE_STATES,
@@ -165,12 +165,10 @@ def reserve(ctx: Context, kube: KubePort, record: Record, d: RemediationData, *,
             return True, "holds its budget slot"
         state = breaker.current(ctx)
         in_pool = {s.node for s in slots.values() if s.cluster == d.cluster and s.pool == d.pool}
-        size, unavailable = 0, set()
-        if d.pool_selector:
-            for n in kube.list_nodes(label_selector=d.pool_selector, page_size=policy.page_size):
-                size += 1
-                if not n.ready or n.unschedulable:
-                    unavailable.add(n.name)
+        size, unavailable = 0, set[str]()
+        if d.pool_selector:  # a surge node standing in for a broken one is not the team's capacity (pool_view)
+            size, unavailable = pool_view.budget_view(ctx, kube, selector=d.pool_selector, slots=slots,
+                                                      cluster=d.cluster, pool=d.pool, page_size=policy.page_size)
         unavailable.discard(d.node)  # this node's own cordon is the slot being taken
         verdict = budget.admit(paused=None, breaker_open=state.is_open,
                                node=_node_check(ctx, record, d, now=now, policy=policy),

@@ -176,7 +176,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
     if phase != RungPhase.START and now >= started + policy.rung_timeout("replace"):
         return next_rung(record, ctx, kube, now=now,
                          why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase {phase}; "
-                             f"pool count {pool.count}, was {rep.original_count})")
+                             f"pool count {pool.count}, was {rep.original_count}; last: {d.last_note[:200]})")
 
     def go(next_phase: RungPhase, note: str, wait: bool = False, **changes: Any) -> Transition:
         return move(record, State.REPAIRING, now=now, note=note, next_at=now + policy.poll_s if wait else now,

@@ -339,7 +339,13 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
                                  **fields(verify_since=now, target=node.name)), record, RUNG_EVENTS[rung], note)
     else:
         why = "the node is not registered (yet)"
+        rebooted = True
     if now >= started + timeout:
+        if not rebooted:
+            # Azure accepted the call but the node never went down: the operation failed or never ran (its
+            # long-running operation is not followed; the node is the evidence). Said so, for the operator.
+            why = (f"the {rung} never took effect: the node did not reboot after Azure accepted it (Ready unchanged "
+                   f"since before the request, same bootID; the operation may have failed in Azure); {why}")
         return next_rung(record, ctx, kube, now=now, why=f"not recovered within {timeout}s ({why})")
     return stay(record, now=now, until=now + policy.poll_s, note=f"waiting for {rung}: {why}")
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from shared.fleet import node_fate
 from shared.kernel.errors import (
     Conflict,
@@ -105,12 +107,37 @@ def request(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | No
     or judge a request whose answer was lost."""
     d = load(record)
     if d.rung_phase == RungPhase.REQUESTED and d.vm_id:
+        proof = _request_proven(ctx, record, d, node, rung)
+        if not proof.ok:
+            return block(record, ctx, kube, now=now, code=proof.code, reason=proof.reason,
+                         what=f"judging the {rung} request")
         # Judged from the node and the VM recorded with the request; ARM is read again only if the
         # request is issued once more (in _issue, right before the call).
         return _check_requested(record, ctx, kube, node=node, vm=d.vm_id, rung=rung, seq=d.op_seq or 1,
                                 requested_at=d.requested_at or now, boot_before=d.boot_id_before, policy=policy, now=now)
     seq = (d.op_seq or 1) if d.rung_phase == RungPhase.REQUESTED else 1
     return _issue(record, ctx, kube, node=node, rung=rung, seq=seq, policy=policy, now=now)
+
+
+def _request_proven(ctx: Context, record: Record, d: RemediationData, node: NodeView | None,
+                    rung: Rung) -> preconditions.Proof:
+    """A row that says its restart/reimage was requested is judged from the node (did it reboot since?) only
+    when this remediation's own marks prove the request: the operation marker inserted before every call
+    (:func:`_issue`), and, while the node is the one admitted, this record's cordon on it (a VM action is
+    only ever issued under it). A row anyone can write otherwise turns a node that merely joined or
+    rebooted after the claimed time into a "restart" that never happened, reported Restarted and Recovered
+    (soak seed 940032: a forged ``repairing/restart/requested`` row on a surge node that had just joined)."""
+    marker = ctx.ledger.get(DEDUPE_KIND, op_key(record.id, d.rung_index, rung, d.op_seq or 1))
+    try:
+        op = decode(marker.data, OpMarker) if marker is not None else None
+    except (msgspec.ValidationError, TypeError, ValueError):
+        op = None
+    if op is None or op.remediation != record.id:
+        return preconditions.Proof.refuse(preconditions.NOT_ADMITTED, f"the row says a {rung} was requested, and no "
+                                                                      "operation marker of this remediation records it")
+    if node is not None and node.uid == d.node_uid:
+        return preconditions.marked(node, record.id)
+    return preconditions.PROVEN
 
 
 def _issue(record: Record, ctx: Context, kube: KubePort, *, node: NodeView | None, rung: Rung, seq: int,

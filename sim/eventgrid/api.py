@@ -15,6 +15,7 @@ here (per subscriber: every event once, a lock per delivery, redelivery on lock 
 - ``GET  /eventgrid/_deliveries?subscriber=NAME&max=N&lock_s=S[&types=prefix1,prefix2]``
 - ``POST /eventgrid/_deliveries/settle`` ``{"subscriber", "results": [{"lock_token", "outcome"}]}``
 - ``GET  /eventgrid/_deadletter?subscriber=NAME``, ``GET /eventgrid/_published``
+- ``GET  /eventgrid/_backlog?subscriber=NAME[&types=...]``: queued and locked deliveries, and the next due
 
 Every time on the feed (``lock_s``, back-off, ``delay_s`` of delivery faults) is in sim seconds, on
 the fleet's clock. Delivery faults (rules with target ``eventgrid-delivery``): ``duplicate``,
@@ -119,6 +120,7 @@ class EventGridApi:
             ("POST", "/eventgrid/_deliveries/settle"): self._settle,
             ("GET", "/eventgrid/_deadletter"): self._deadletter,
             ("GET", "/eventgrid/_published"): self._published,
+            ("GET", "/eventgrid/_backlog"): self._backlog,
         }
         handler = routes.get((request.method, path))
         if handler is not None:
@@ -206,24 +208,7 @@ class EventGridApi:
         with self.fleet.lock:
             now = self._now()
             sub = self._subscriber(name)
-            # Locks that ran out are failed attempts: back to the queue (or the dead letters).
-            for token, held in list(sub.locked.items()):
-                if held.until <= now:
-                    del sub.locked[token]
-                    self._after_failure(sub, held.seq, held.attempt, now, max_attempts, "lock expired")
-            # New events enter the subscriber's queue once (filtered events are skipped for good).
-            while sub.next_seq < len(self.state.events):
-                seq = sub.next_seq
-                sub.next_seq += 1
-                event = self.state.events[seq][1]
-                etype = str(event.get("type", ""))
-                if types and not any(etype.startswith(p) for p in types):
-                    continue
-                rule = faults.delivery_effects(subscriber=name, event_type=etype) if faults else None
-                not_before = now + (rule.delay_s if rule is not None else 0.0)
-                sub.ready.append(_Pending(seq=seq, attempt=1, not_before=not_before))
-                if rule is not None and rule.duplicate:
-                    sub.ready.append(_Pending(seq=seq, attempt=1, not_before=not_before))
+            self._enqueue(sub, types, now, max_attempts)
             due = [p for p in sub.ready if p.not_before <= now][:max_n]
             for p in due:
                 sub.ready.remove(p)
@@ -238,6 +223,45 @@ class EventGridApi:
                 sub.locked[token] = _Locked(seq=p.seq, attempt=p.attempt, until=now + lock_s)
                 out.append({"lock_token": token, "attempt": p.attempt, "event": self.state.events[p.seq][1]})
         return Response.json(200, {"deliveries": out})
+
+    def _enqueue(self, sub: _Subscriber, types: list[str], now: float, max_attempts: int) -> None:
+        """Expired locks back to the queue (failed attempts), and new events into it, once each."""
+        faults = getattr(self.fleet, "faults", None)
+        # Locks that ran out are failed attempts: back to the queue (or the dead letters).
+        for token, held in list(sub.locked.items()):
+            if held.until <= now:
+                del sub.locked[token]
+                self._after_failure(sub, held.seq, held.attempt, now, max_attempts, "lock expired")
+        # New events enter the subscriber's queue once (filtered events are skipped for good).
+        while sub.next_seq < len(self.state.events):
+            seq = sub.next_seq
+            sub.next_seq += 1
+            event = self.state.events[seq][1]
+            etype = str(event.get("type", ""))
+            if types and not any(etype.startswith(p) for p in types):
+                continue
+            rule = faults.delivery_effects(subscriber=sub.name, event_type=etype) if faults else None
+            not_before = now + (rule.delay_s if rule is not None else 0.0)
+            sub.ready.append(_Pending(seq=seq, attempt=1, not_before=not_before))
+            if rule is not None and rule.duplicate:
+                sub.ready.append(_Pending(seq=seq, attempt=1, not_before=not_before))
+
+    def _backlog(self, request: Request) -> Response:
+        """What a subscriber has still to receive: queued (some delayed or backing off) and locked deliveries,
+        and when the next one is due. A harness's view (like ``_published``), not Event Grid's API: a soak
+        driver must not call a run quiet while a delayed delivery is still on its way."""
+        name = request.arg("subscriber")
+        if not name:
+            return _eg_error(400, "BadRequest", "The 'subscriber' query parameter is required.")
+        types = [t for t in (request.arg("types") or "").split(",") if t]
+        max_attempts = int(self._timing("eventgrid_max_attempts", DEFAULT_MAX_ATTEMPTS))
+        with self.fleet.lock:
+            now = self._now()
+            sub = self._subscriber(name)
+            self._enqueue(sub, types, now, max_attempts)
+            times = [p.not_before for p in sub.ready] + [held.until for held in sub.locked.values()]
+            return Response.json(200, {"queued": len(sub.ready), "locked": len(sub.locked),
+                                       "next_at": min(times) if times else None})
 
     def _after_failure(self, sub: _Subscriber, seq: int, attempt: int, now: float, max_attempts: int,
                        reason: str) -> None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import report
 from bench.figures import measured, not_measured, ratio_at_most
 from bench.reaction import next_sweep
+from bench.remediation_run import RemediationRun, timings
 from bench.requests import SWEEP_ROUTE, net_of_sweeps
+from bench.scale import TINY as TINY_SCALE
 
 
 def test_the_ratio_is_the_value_over_the_baseline() -> None:
@@ -73,3 +77,84 @@ def test_the_time_to_repair_floor_is_threshold_grace_action_and_verification() -
 
     assert floor_s(threshold_s=60, longest_grace_s=60, action_s=20, settle_s=10, poll_s=2) == 150
     assert floor_s(threshold_s=60, longest_grace_s=60, action_s=20, settle_s=1, poll_s=2) == 144  # 2 polls at least
+
+
+# Issue 24's floor per rung, from the runs' timings (threshold 60, longest grace 60, settle 10, poll 2: the
+# verification is 10): restart and reimage add their VM action after the drain; a surge-first replace runs
+# the surge beside the drain (the longer of the two counts), then deleteMachines; a delete-first replace
+# deletes, then restores the count and waits for the new node, all after the drain.
+_TIMINGS = {"restart_s": 20, "reimage_s": 60, "pool_scale_s": 30, "node_ready_s": 5, "delete_machines_s": 30}
+
+
+@pytest.mark.parametrize(("rung", "changed", "mode", "expected"), [
+    ("restart", {}, "surge", 60 + 60 + 20 + 10),
+    ("reimage", {}, "surge", 60 + 60 + 60 + 10),
+    ("replace", {}, "surge", 60 + max(60, 30 + 5) + 30 + 10),
+    ("replace", {"pool_scale_s": 90, "node_ready_s": 20}, "surge", 60 + (90 + 20) + 30 + 10),
+    ("replace", {}, "delete-first", 60 + 60 + 30 + (30 + 5) + 10),
+], ids=["restart", "reimage", "replace-surge-hidden-by-the-drain", "replace-surge-longer-than-the-drain",
+        "replace-delete-first"])
+def test_the_time_to_repair_floor_of_each_rung(rung: str, changed: dict[str, float], mode: str, expected: float) -> None:
+    from bench.time_to_repair import rung_floor
+
+    floor, terms = rung_floor(rung, timings={**_TIMINGS, **changed}, threshold_s=60, longest_grace_s=60,
+                              settle_s=10, poll_s=2, mode=mode)
+    assert floor == expected
+    assert terms.startswith("threshold 60 + ") and terms.endswith("verification 10")
+
+
+def test_the_floor_of_a_rung_reads_its_timings_from_the_run_that_measured_it() -> None:
+    from bench import remediation_run
+    from bench.time_to_repair import RUNGS, rung_floor
+
+    assert RUNGS == ("restart", "reimage", "replace")
+    for rung in RUNGS:
+        profile = remediation_run.profile(rung)
+        assert profile["REMEDIATION_LADDER"] == ("restart,reimage,replace" if rung == "restart" else rung)
+        floor, _ = rung_floor(rung, timings=remediation_run.timings(rung), threshold_s=remediation_run.THRESHOLD_S,
+                              longest_grace_s=max(remediation_run.GRACES), settle_s=float(profile["REMEDIATION_SETTLE_S"]),
+                              poll_s=float(profile["REMEDIATION_POLL_S"]))
+        assert floor > remediation_run.THRESHOLD_S + max(remediation_run.GRACES)
+    assert remediation_run.scenario(TINY_SCALE, "replace")["timings"]["delete_machines_s"] == remediation_run.DELETE_MACHINES_S
+    assert "pool_scale_s" not in remediation_run.scenario(TINY_SCALE)["timings"]  # the restart run's scenario as before
+
+
+def test_an_unknown_rung_has_no_floor() -> None:
+    from bench.time_to_repair import rung_floor
+
+    with pytest.raises(ValueError, match="unknown rung"):
+        rung_floor("reboot", timings=_TIMINGS, threshold_s=60, longest_grace_s=60, settle_s=10, poll_s=2)
+
+
+def _run(**changes: Any) -> RemediationRun:
+    history = [{"at": 1075.0, "state": "admitted"}, {"at": 1076.0, "state": "cordoned"},
+               {"at": 1080.0, "state": "draining"}, {"at": 1145.0, "state": "repairing"},
+               {"at": 1180.0, "state": "repairing", "note": "replacement n1 is Ready with GPUs: deleting n0"},
+               {"at": 1215.0, "state": "verifying"}, {"at": 1275.0, "state": "done"}]
+    base = RemediationRun(speed=10.0, sweep_interval_s=30, threshold_s=60, rung="replace", timings=timings("replace"),
+                          flip_at=1000.0, done_at=1275.0, record_state="done", history=history, target="n1",
+                          target_ready_at=1179.0, replace={"mode": "surge", "replacement": "n1"})
+    return dataclasses.replace(base, **changes)
+
+
+def test_a_rung_is_measured_from_the_flip_to_back_in_service_and_split_by_its_history() -> None:
+    from bench.time_to_repair import figure_of
+
+    figure = figure_of("replace", _run())
+    assert figure.value == 275.0 and figure.baseline == 160.0 and figure.met is False
+    assert "threshold 60 + to the cordon 16 + to the drain's start 4 + drain 65 + surge until Ready 35 + deletion 35 " \
+           "+ verification 60 s" in figure.note
+    assert "as the app orders them, the floor would be 195 s" in figure.note
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"error": "RuntimeError: the host never swept the fleet"}, "RuntimeError: the host never swept the fleet"),
+    ({"record_state": "gave_up"}, "the run's remediation ended gave_up, not done"),
+    ({"in_service": "n1 is not Ready"}, "not back in service: n1 is not Ready"),
+    ({"replace": {"mode": "surge", "replacement": ""}, "target": "n0"}, "without a replacement node"),
+], ids=["run-failed", "not-done", "not-in-service", "no-replacement"])
+def test_a_rung_whose_run_did_not_repair_is_not_measured_with_the_reason(changes: dict[str, Any], why: str) -> None:
+    from bench.time_to_repair import figure_of
+
+    figure = figure_of("replace", _run(**changes))
+    assert figure.value is None and why in figure.not_measured

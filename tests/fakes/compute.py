@@ -15,6 +15,7 @@ from shared.kernel.ports import AvailabilityView
 from tests.fakes.faults import Faults
 
 HEALS, HEALS_IN_A_BLINK, FAILS, REFUSED = "heals", "heals-in-a-blink", "fails", "refused"
+NEVER_RUNS = "never-runs"  # ARM accepts the call, then its operation fails: the VM never reboots
 
 
 class VmHost(Protocol):
@@ -27,8 +28,9 @@ class VmHost(Protocol):
 @dataclass
 class FakeCompute:
     """VMSS VM actions over ``fleet``; ``outcomes[rung]`` is ``heals``, ``heals-in-a-blink`` (Ready never
-    changes), ``fails`` (reboots, still broken; the default) or ``refused`` (ARM answers 409
-    OperationNotAllowed, raised as Invalid as shared.adapters.compute maps it).
+    changes), ``fails`` (reboots, still broken; the default), ``refused`` (ARM answers 409
+    OperationNotAllowed, raised as Invalid as shared.adapters.compute maps it) or ``never-runs`` (ARM accepts
+    it and its long-running operation fails: the VM never reboots).
 
     Oracles: ``writes`` (rung, VM) of every accepted action, ``clusters`` (the ``cluster_id`` each action
     was made for), ``reads`` (each VM whose availability was read). ``states[vm id, lower case]`` is what
@@ -63,5 +65,7 @@ class FakeCompute:
         if outcome == REFUSED:
             raise Invalid(f"{rung} not allowed on {vm}", code="OperationNotAllowed")
         self.writes.append((rung, vm))
+        if outcome == NEVER_RUNS:
+            return
         if self.fleet.vm_exists(vm):
             self.fleet.vm_rebooted(vm, rung=rung, outcome=outcome)

@@ -215,6 +215,28 @@ def test_a_delay_fault_holds_the_first_delivery(topic: Topic) -> None:
     assert ids(topic.fetch()) == ["e1"]
 
 
+def test_the_backlog_counts_a_delayed_delivery_until_it_is_settled(topic: Topic) -> None:
+    """A harness must not call a run quiet while a delivery is still on its way (soak short seed 12: a Resource
+    Health event held 300 s by a delay fault arrived after the run had ended)."""
+    topic.fleet.faults.add({"target": "eventgrid-delivery", "delay_s": 300, "path": "Unhealthy"})
+    topic.publish([event(1, "Steward.GpuNode.Unhealthy")])
+    backlog = topic.get("/eventgrid/_backlog?subscriber=remediation")
+    assert (backlog["queued"], backlog["locked"]) == (1, 0)
+    assert backlog["next_at"] == pytest.approx(topic.fleet.clock.now() + 300)
+    assert topic.fetch() == []
+    topic.fleet.advance(301)
+    [delivery] = topic.fetch()
+    assert topic.get("/eventgrid/_backlog?subscriber=remediation")["locked"] == 1
+    topic.settle("remediation", (delivery["lock_token"], "ok"))
+    assert topic.get("/eventgrid/_backlog?subscriber=remediation") == {"queued": 0, "locked": 0, "next_at": None}
+
+
+def test_the_backlog_filters_as_the_subscriber_does(topic: Topic) -> None:
+    topic.publish([event(1, "Steward.GpuNode.Unhealthy"), event(2)])
+    assert topic.get("/eventgrid/_backlog?subscriber=remediation&types=Steward.GpuNode.")["queued"] == 1
+    assert ids(topic.fetch(types="Steward.GpuNode.")) == ["e1"]
+
+
 def test_a_reorder_fault_shuffles_a_batch_reproducibly() -> None:
     def order() -> list[str]:
         t = Topic()

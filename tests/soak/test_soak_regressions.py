@@ -7,8 +7,6 @@ turns that into a failure, and whoever fixed it removes the marker.
 
 from __future__ import annotations
 
-import pytest
-
 from soak.report import failure_text
 from soak.runner import Mix, run_seed
 
@@ -67,22 +65,29 @@ def test_seed_931005_a_degraded_host_refused_by_the_pool_budget_is_drained_once_
     vmss000000 was being repaired; the admission was refused three times ("pool gpu1: 1 of 3 nodes already
     unavailable, the budget allows 1"), the neighbour's repair ended, and nothing looked at vmss000002 again: the
     run ended quiet with the degraded host never drained. A pushed fault refused for a reason that passes is now
-    kept and judged again every sweep (shared/remediation/pending_faults.py); soak/signal_invariants.py
-    ``health-fault-liveness`` fails a run that loses one."""
+    kept and judged again every sweep (shared/remediation/pending_faults.py); soak/liveness.py ``fault-liveness``
+    fails a run that loses one."""
     result = run_seed(931005, mix=EVERY_LAYER, wall_budget_s=300.0)
     assert not result.failed, failure_text(result)
     remediated = [n for n in result.notes if n.startswith("remediation ") and "vmss000002" in n]
     assert remediated, "\n".join(result.notes)
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: found on fresh seeds after issue 23/24's changes (the seed passes at "
-                                       "416be0b); cause not yet found")
 def test_seed_931382_a_replaced_node_and_its_neighbour_are_never_unavailable_together() -> None:
-    """Not fixed. soak1/gpu1 (3 nodes, BUDGET_POOL_MAX_UNAVAILABLE=1): remediation -1 of vmss000000 escalates to
-    replace, surges vmss000003 (t+416 s Ready), sends deleteMachines and at t+430 s finds vmss000000 gone and starts
-    verifying vmss000003; at t+431 s vmss000001 is admitted (the pool shows 3 nodes, none unavailable), and the
-    sampler sees vmss000000 and vmss000001 unavailable together at t+434 s. At 416be0b the same seed admits
-    vmss000001 earlier (t+398 s, during the surge) and passes. Whether vmss000000 lingers in the simulator after
-    its machine is deleted, or the budget forgets it too early, is not yet known."""
+    """Fixed (issue 24). soak1/gpu1 (3 nodes, BUDGET_POOL_MAX_UNAVAILABLE=2 at 50 %: one node): remediation -1 of
+    vmss000000 escalated to replace and surged the pool to four; while vmss000000 was still cordoned, the admission
+    of vmss000001 counted four nodes (a budget of two) and let it in: two of the team's three nodes out at once. A
+    surge node now stands in for the node it replaces and adds nothing to the pool's budget
+    (shared/remediation/pool_view.py; tests/unit/test_pool_view.py)."""
     result = run_seed(931382, wall_budget_s=300.0)
+    assert not result.failed, failure_text(result)
+
+
+def test_seed_940032_a_forged_restart_request_is_never_taken_for_a_restart() -> None:
+    """Fixed (issue 24): a forged ``repairing/restart/requested`` row named a surge node that had joined after the
+    row's claimed request; judged from the node alone, its fresh Ready looked like the restart taking effect and
+    the steward reported Restarted and Recovered for a restart nobody made. A claimed request is now judged only
+    under this remediation's own marks: its operation marker and its cordon (shared/remediation/vm_actions.py
+    ``_request_proven``)."""
+    result = run_seed(940032, wall_budget_s=300.0)
     assert not result.failed, failure_text(result)

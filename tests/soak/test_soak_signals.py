@@ -17,7 +17,6 @@ from soak.generate import CLOCK_START, SUBSCRIPTION, generate
 from soak.invariants import Evidence, check_all, check_false_positives
 from soak.signal_invariants import (
     check_forged_events,
-    check_health_fault_liveness,
     check_one_remediation_per_node,
     check_prometheus_outage,
     check_signal_false_positives,
@@ -254,43 +253,3 @@ def test_check_all_runs_the_signal_invariants() -> None:
     outage = [{"kind": "dcgm-outage", "down": True, "t": CLOCK_START + 100, "ok": True}]
     found = check_all(_evidence(actions=outage, published=[_unhealthy("n1", CLOCK_START + 150)]))
     assert "prometheus-outage" in {v.invariant for v in found}
-
-
-def _degraded_on(node: str, at: float) -> dict[str, Any]:
-    return {"kind": "resource-health", "cluster": "soak1", "pool": "gpu1", "node": node, "scenario": "degraded-host",
-            "t": at, "ok": True}
-
-
-def _node(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {}}
-
-
-def test_a_degraded_host_never_remediated_nor_refused_for_good_is_lost() -> None:
-    """Seed 931005's shape: the host is still there at the end, and nothing happened to it after the fault."""
-    fault = [_degraded_on("n2", CLOCK_START + 100)]
-    nodes = {"soak1": [_node("n1"), _node("n2")]}
-    earlier = _rem("r-1", "done", node="n2", created=CLOCK_START - 500)  # ended before the fault
-    budget = Record(kind="dedupe", id="refused-f-budget-pool", state="seen",
-                    data={"cluster": CLUSTER_ID, "node": "n2", "reason_code": "budget-pool"})
-    found = check_health_fault_liveness(_evidence(actions=fault, nodes=nodes,
-                                                  records={"remediation": [earlier], "dedupe": [budget]}))
-    assert [v.invariant for v in found] == ["health-fault-liveness"] and "n2" in found[0].detail
-
-
-@pytest.mark.parametrize("outcome", ["remediated", "refused for good", "dropped", "kept", "gone"])
-def test_a_degraded_host_remediated_refused_for_good_dropped_kept_or_gone_is_not_lost(outcome: str) -> None:
-    fault = [_degraded_on("n2", CLOCK_START + 100)]
-    nodes = {"soak1": [_node("n1")] + ([] if outcome == "gone" else [_node("n2")])}
-    records: dict[str, list[Any]] = {"remediation": [], "dedupe": [], "pending-fault": []}
-    published: list[dict[str, Any]] = []
-    if outcome == "remediated":
-        records["remediation"].append(_rem("r-2", "done", node="n2", created=CLOCK_START + 300))
-    if outcome == "refused for good":
-        records["dedupe"].append(Record(kind="dedupe", id="refused-f-ProviderIdMismatch", state="seen",
-                                        data={"cluster": CLUSTER_ID, "node": "n2", "reason_code": "ProviderIdMismatch"}))
-    if outcome == "dropped":
-        published.append({"type": "Steward.Remediation.PendingDropped", "data": {"cluster": CLUSTER_ID, "node": "n2"}})
-    if outcome == "kept":
-        records["pending-fault"].append(Record(kind="pending-fault", id="f", state="waiting",
-                                               data={"cluster": CLUSTER_ID, "node": "n2"}))
-    assert check_health_fault_liveness(_evidence(actions=fault, nodes=nodes, records=records, published=published)) == []

@@ -182,3 +182,20 @@ def test_a_forged_rung_row_for_a_node_that_is_gone_is_blocked_and_holds_no_repla
     assert after.state == State.BLOCKED and after.data["refusal"]["code"] == preconditions.NOT_ADMITTED
     assert fleet.count() == 3 and fleet.compute.writes == []
     assert not [r for r in fleet.ledger.list("dedupe") if r.id.startswith(TURN_PREFIX)]  # no replace turn kept
+
+
+def test_a_forged_request_on_a_node_that_just_rebooted_or_joined_is_not_taken_for_a_restart() -> None:
+    """Soak seed 940032: a forged ``repairing/restart/requested`` row named a surge node that had joined after the
+    row's claimed request time; judged from the node alone, its fresh Ready looked like the restart taking
+    effect, and the steward reported Restarted and Recovered for a restart nobody made."""
+    fleet = _fleet()
+    fleet.kube.set_condition(NODE, "Ready", "True", at=T0 - 100)  # the node (re)joined after the claimed request
+    pods_before = {p.name for p in fleet.kube.list_pods(node_name=NODE)}
+    _forged(fleet, REPAIRING, phase=RungPhase.REQUESTED, vm_id=vm_id(NODE), requested_at=T0 - 200,
+            rung_started_at=T0 - 200, rung_entered_at=T0 - 200)
+    assert run_until_settled(fleet) == [State.BLOCKED]
+    _untouched(fleet, pods_before)
+    [after] = fleet.ledger.list(KIND)
+    assert after.data["refusal"]["code"] in preconditions.BLOCKED_CODES
+    assert not fleet.events.delivered("Steward.Remediation.Restarted")
+    assert not fleet.events.delivered("Steward.Remediation.Recovered")

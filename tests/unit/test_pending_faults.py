@@ -90,3 +90,40 @@ def test_a_forged_pending_row_only_makes_the_steward_check_the_event_again() -> 
     report = sweep.sweep(fleet.ctx())
     assert report.pending_faults["dropped"] == {"cleared": 1, "unreadable": 1}
     assert fleet.ledger.list(KIND) == [] and kept(fleet) == []
+
+
+def test_a_host_fault_on_a_node_another_fault_is_being_repaired_on_is_kept_and_judged_after_that_repair() -> None:
+    """A restart for a device-plugin fault need not cure a degraded host: the pushed event must not be lost
+    to the node being busy (it used to be answered "duplicate" and forgotten)."""
+    fleet, names = fleet_with(3)
+    fleet.compute.outcomes["restart"] = "heals"
+    fleet.break_node(names[1], at=T0 - 600)
+    assert fleet.handle(unhealthy_event(names[1], fleet=fleet)).startswith("admitted")
+    arm_says(fleet, names[1], "Degraded")
+    handled = health_events.handle(hr.availability_changed(vm_id(names[1]), state="Degraded", previous="Available",
+                                                           at=T0), fleet.ctx())
+    assert handled.outcome is Handling.DUPLICATE and pending_faults.passes(handled.code), handled.detail
+    [row] = kept(fleet)
+    assert row.data["node"] == names[1]
+    assert run_until_settled(fleet) == ["done"]
+    report = sweep.sweep(fleet.ctx())
+    assert report.pending_faults["waiting"] == 1, "the node's cooldown holds it a while: still kept"
+    fleet.clock.advance(fleet.ctx().settings.remediation.cooldown_s + 1)
+    report = sweep.sweep(fleet.ctx())
+    assert report.pending_faults["admitted"] == 1 and kept(fleet) == [], report.pending_faults
+    assert [r.data["signal"] for r in sorted(fleet.ledger.list(KIND), key=lambda r: r.created_at)][-1] == \
+        "resource-health", "the host fault has its own remediation once the node is free"
+
+
+def test_a_host_fault_whose_node_was_cured_by_the_other_repair_is_dropped_as_cleared() -> None:
+    fleet, names = fleet_with(3)
+    fleet.compute.outcomes["restart"] = "heals"
+    fleet.break_node(names[1], at=T0 - 600)
+    assert fleet.handle(unhealthy_event(names[1], fleet=fleet)).startswith("admitted")
+    arm_says(fleet, names[1], "Degraded")
+    health_events.handle(hr.availability_changed(vm_id(names[1]), state="Degraded", previous="Available", at=T0),
+                         fleet.ctx())
+    assert run_until_settled(fleet) == ["done"]
+    arm_says(fleet, names[1], "Available")
+    report = sweep.sweep(fleet.ctx())
+    assert report.pending_faults["dropped"] == {"cleared": 1} and kept(fleet) == []

@@ -77,6 +77,21 @@ def test_each_condition_is_repaired_by_the_first_rung_that_works(condition: str,
     assert fleet.ledger.get(remediation.BUDGET_KIND, remediation.BUDGET_ID).data["slots"] == {}
 
 
+def test_a_vm_action_azure_accepted_but_never_ran_is_reported_as_never_taking_effect() -> None:
+    """Soak seed 940006: a reimage whose long-running operation failed in Azure (InternalOperationError) left the
+    node up and faulty, and the rung ended "not recovered within 120s", naming nothing an operator could act on.
+    The node never rebooted: that is what the step says, and the next rung runs."""
+    from tests.fakes.compute import NEVER_RUNS
+
+    fleet = one_broken(RemediationPolicy(ladder=("restart", "reimage")))
+    fleet.compute.outcomes.update({"restart": NEVER_RUNS, "reimage": "heals"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [State.DONE]
+    [record] = records(fleet)
+    notes = [h.get("note", "") for h in record.history]
+    assert any("the restart never took effect: the node did not reboot" in n for n in notes), notes
+
+
 def test_every_rung_failing_ends_cordoned_with_gave_up() -> None:
     fleet = one_broken()
     fleet.new_nodes_broken = True

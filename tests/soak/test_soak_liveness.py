@@ -1,0 +1,252 @@
+"""The liveness oracle (issue 24, item 2; soak/liveness.py): every genuine fault the scenario injected ends
+repaired, cleared, or handed to an operator for a cause the scenario injected, and the oracle catches each
+way of ending nowhere (fed fabricated evidence: a check that cannot fail proves nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from shared.kernel.ports import Record
+from soak.generate import CLOCK_START, SUBSCRIPTION, generate
+from soak.invariants import Evidence
+from soak.liveness import check_fault_liveness, genuine_faults, judge, outcome_table, outcomes
+
+CLUSTER_ID = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg-soak1/providers/Microsoft.ContainerService/managedClusters/soak1"
+NODES = ["n0", "n1", "n2"]
+DEVICE_PLUGIN = "UnhealthyNvidiaDevicePlugin"
+ONSET = 100.0
+
+
+def _scenario(*, flips: list[dict[str, Any]] | None = None, **profile: str) -> Any:
+    base = generate(3, short=True, strict=False, signals=False, forged_rows=False)
+    flips = [_flip()] if flips is None else flips
+    return dataclasses.replace(base, flips=flips, actions=[], strict_faults=[], signal_faults=[], forged_rows=[],
+                               profile={**base.profile, **profile})
+
+
+def _flip(index: int = 1, *, at: float = ONSET, status: str = "True", fixed_by: str = "restart") -> dict[str, Any]:
+    return {"at": at, "cluster": "soak1", "pool": "gpu1", "node_index": index, "type": DEVICE_PLUGIN,
+            "status": status, "fixed_by": fixed_by}
+
+
+def _node(name: str, *, faulty: bool = False, cordoned: bool = False) -> dict[str, Any]:
+    conditions = [{"type": DEVICE_PLUGIN, "status": "True" if faulty else "False"}]
+    return {"metadata": {"name": name}, "spec": {"unschedulable": cordoned}, "status": {"conditions": conditions}}
+
+
+def _turned(name: str = "n1", at: float = ONSET) -> dict[str, Any]:
+    return {"t": CLOCK_START + at + 0.5, "prev_t": CLOCK_START + at - 2, "cluster": "soak1", "node": name,
+            "conditions": [DEVICE_PLUGIN]}
+
+
+def _rem(state: str, *, node: str = "n1", at: float = ONSET + 30, note: str = "", **data: Any) -> Record:
+    return Record(kind="remediation", id=f"r-{node}", state=state, created_at=CLOCK_START + at,
+                  updated_at=CLOCK_START + at + 200, history=[{"state": state, "note": note}] if note else [],
+                  data={"cluster": CLUSTER_ID, "node": node, "pool": "gpu1", **data})
+
+
+def _refused(code: str, *, node: str = "n1", at: float = ONSET + 25, reason: str = "") -> Record:
+    return Record(kind="dedupe", id=f"refused-f{node}-{code}", state="seen", created_at=CLOCK_START + at,
+                  updated_at=CLOCK_START + at, data={"cluster": CLUSTER_ID, "node": node, "reason_code": code,
+                                                      "reason": reason or code})
+
+
+def _evidence(*, scenario: Any = None, nodes: list[dict[str, Any]] | None = None, turned: list[dict[str, Any]] | None = None,
+              **fields: Any) -> Evidence:
+    base: dict[str, Any] = {
+        "scenario": scenario or _scenario(), "oracles": {}, "state": {"clusters": []},
+        "nodes": {"soak1": nodes if nodes is not None else [_node("n0"), _node("n1", faulty=True), _node("n2")]},
+        "records": {}, "max_unavailable": {}, "start": CLOCK_START, "now": CLOCK_START + 2000,
+        "initial_nodes": {"soak1/gpu1": NODES}, "node_pools": {("soak1", n): "gpu1" for n in NODES},
+        "turned_true": [_turned()] if turned is None else turned}
+    base.update(fields)
+    return Evidence(**base)
+
+
+def _kind(evidence: Evidence) -> tuple[str, str]:
+    [fault] = genuine_faults(evidence)
+    outcome = judge(evidence, fault)
+    return outcome.kind, outcome.cause
+
+
+def test_a_fault_nothing_answered_is_lost_and_the_invariant_names_it() -> None:
+    evidence = _evidence()
+    assert _kind(evidence) == ("lost", "none")
+    [violation] = check_fault_liveness(evidence)
+    assert violation.invariant == "fault-liveness" and "soak1/n1" in violation.detail and "lost" in violation.detail
+
+
+def test_a_fault_repaired_by_a_remediation_after_its_onset_is_repaired() -> None:
+    evidence = _evidence(nodes=[_node("n0"), _node("n1"), _node("n2")], records={"remediation": [_rem("done")]})
+    assert _kind(evidence) == ("repaired", "")
+    assert check_fault_liveness(evidence) == []
+
+
+def test_a_done_remediation_on_a_node_that_still_shows_the_fault_is_not_a_repair() -> None:
+    assert _kind(_evidence(records={"remediation": [_rem("done")]}))[0] == "lost"
+
+
+def test_a_remediation_that_ended_before_the_onset_says_nothing_about_it() -> None:
+    earlier = _rem("done", at=ONSET - 400)  # updated 200 s after it started: before the onset
+    assert _kind(_evidence(records={"remediation": [earlier]}))[0] == "lost"
+
+
+def test_a_release_by_the_drain_fallback_is_a_hand_over_whose_reason_must_name_an_injected_cause() -> None:
+    pdb = "drain refused: covered by more than one PodDisruptionBudget; fallback release: uncordoned"
+    assert _kind(_evidence(records={"remediation": [_rem("released", reason=pdb)]})) == ("handed-over", "drain obstacle")
+    vague = _evidence(records={"remediation": [_rem("released", reason="something went wrong")]})
+    assert _kind(vague) == ("handed-over", "none")
+    assert [v.invariant for v in check_fault_liveness(vague)] == ["fault-liveness"]
+
+
+def test_a_release_because_the_fault_cleared_is_cleared() -> None:
+    cleared = _rem("released", reason="UnhealthyNvidiaDevicePlugin cleared before we touched the node: released")
+    assert _kind(_evidence(records={"remediation": [cleared]})) == ("cleared", "cleared")
+
+
+@pytest.mark.parametrize(("reason", "cause"), [
+    ("every rung failed (last: replace: ...)", "not cured by the ladder"),
+    ("restart refused: ScopeLocked: the node resource group is locked", "node resource group locked"),
+])
+def test_a_remediation_that_gave_up_is_handed_over_for_the_cause_its_reason_names(reason: str, cause: str) -> None:
+    scenario = _scenario(flips=[_flip(fixed_by="never")])
+    scenario.strict_faults.append("node resource group locked (from the start)")
+    assert _kind(_evidence(scenario=scenario, records={"remediation": [_rem("gave_up", reason=reason)]})) == \
+        ("handed-over", cause)
+
+
+def test_a_give_up_for_a_cause_the_scenario_never_injected_fails() -> None:
+    scenario = _scenario(flips=[_flip(fixed_by="restart")])  # cured by the first rung; no lock drawn
+    lock = _rem("gave_up", reason="restart refused: ScopeLocked: the node resource group is locked")
+    assert _kind(_evidence(scenario=scenario, records={"remediation": [lock]})) == ("handed-over", "none")
+
+
+def test_a_refusal_a_person_must_lift_and_the_breaker_hand_the_fault_over() -> None:
+    assert _kind(_evidence(records={"dedupe": [_refused("breaker")]})) == ("handed-over", "breaker")
+    assert _kind(_evidence(records={"dedupe": [_refused("opt-out", reason="the node opted out")]}))[0] == "handed-over"
+
+
+def test_a_budget_refusal_is_a_hand_over_only_while_a_node_of_the_pool_is_still_held() -> None:
+    held = [_node("n0", cordoned=True), _node("n1", faulty=True), _node("n2")]
+    assert _kind(_evidence(nodes=held, records={"dedupe": [_refused("budget-pool")]})) == ("handed-over", "budget")
+    free = _evidence(records={"dedupe": [_refused("budget-pool")]})
+    assert _kind(free) == ("lost", "none")
+    assert "never admitted" in check_fault_liveness(free)[0].detail
+
+
+def test_a_later_admission_outranks_an_earlier_refusal() -> None:
+    evidence = _evidence(nodes=[_node("n0"), _node("n1"), _node("n2")],
+                         records={"dedupe": [_refused("budget-pool")], "remediation": [_rem("done", at=ONSET + 90)]})
+    assert _kind(evidence) == ("repaired", "")
+
+
+def test_a_condition_that_cleared_by_itself_or_a_node_that_left_is_not_lost() -> None:
+    scenario = _scenario(flips=[_flip(), _flip(at=ONSET + 40, status="False")])
+    assert _kind(_evidence(scenario=scenario, nodes=[_node("n0"), _node("n1"), _node("n2")]))[0] == "cleared"
+    assert _kind(_evidence(nodes=[_node("n0"), _node("n2")]))[0] == "cleared"
+
+
+def test_a_flip_on_a_condition_already_true_is_not_a_new_fault() -> None:
+    """Two draws of the same node and condition: the second changed nothing the auditor could see."""
+    scenario = _scenario(flips=[_flip(), _flip(at=ONSET + 200)])
+    assert len(genuine_faults(_evidence(scenario=scenario))) == 1
+
+
+def test_kept_and_dropped_pending_faults_are_outcomes() -> None:
+    kept = Record(kind="pending-fault", id="f", state="waiting", data={"cluster": CLUSTER_ID, "node": "n1",
+                                                                        "code": "budget-pool"})
+    assert _kind(_evidence(records={"pending-fault": [kept]}))[0] == "kept"
+    dropped = {"type": "Steward.Remediation.PendingDropped",
+               "data": {"cluster": CLUSTER_ID, "node": "n1", "reason_code": "cleared", "reason": "source clears"}}
+    assert _kind(_evidence(published=[dropped])) == ("cleared", "cleared")
+
+
+def _with_quota(limit: int) -> Any:
+    scenario = _scenario()
+    for quota in scenario.sim["subscriptions"][0]["quotas"]:
+        if "T4" in quota["family"]:
+            quota["limit"] = limit
+    return scenario
+
+
+def test_a_migration_blocked_for_a_cause_the_scenario_injected_passes_and_any_other_fails() -> None:
+    healthy = [_node("n0"), _node("n1"), _node("n2")]
+    quota = Record(kind="migration", id="m2", state="blocked", data={"pool": "old", "reason": "Insufficient vcpu quota"})
+    tight = _with_quota(sum(p.count * 8 for p in _scenario().pools))  # no room for a surge or a replacement pool
+    assert check_fault_liveness(_evidence(scenario=tight, nodes=healthy, records={"migration": [quota]})) == []
+    plenty = _with_quota(100_000)
+    found = check_fault_liveness(_evidence(scenario=plenty, nodes=healthy, records={"migration": [quota]}))
+    assert [v.invariant for v in found] == ["migration-liveness"] and "quota" in found[0].detail
+
+
+def test_the_outcome_table_counts_faults_by_source_cure_outcome_and_cause() -> None:
+    table = outcome_table(_evidence(records={"dedupe": [_refused("breaker")]}))
+    assert table == {"npd fault, cure restart: handed-over (breaker)": 1}
+
+
+def test_giving_up_on_a_fault_the_ladder_cures_fails_unless_another_fault_explains_it() -> None:
+    scenario = _scenario(flips=[_flip(fixed_by="restart")], REMEDIATION_LADDER="restart,reimage,replace")
+    gave_up = _rem("gave_up", reason="every rung failed (last: replace: did not stay healthy)")
+    evidence = _evidence(scenario=scenario, records={"remediation": [gave_up]})
+    assert _kind(evidence) == ("handed-over", "none")
+    assert "cures a fault fixed by restart" in check_fault_liveness(evidence)[0].detail
+    dcgm = {"type": "UnhealthyNvidiaDCGMServices", "cluster": "soak1", "pool": "gpu1", "node_index": 1,
+            "at": ONSET + 60, "status": "True", "fixed_by": "never"}
+    both = _scenario(flips=[_flip(fixed_by="restart"), dcgm])
+    second = {**_turned(at=ONSET + 60), "conditions": ["UnhealthyNvidiaDCGMServices"]}
+    evidence = _evidence(scenario=both, records={"remediation": [gave_up]}, turned=[_turned(), second])
+    assert [o.cause for o in outcomes(evidence)] == ["not cured by the ladder"] * 2
+
+
+def test_a_flip_after_a_replacement_is_judged_on_the_node_it_struck() -> None:
+    """The simulator resolves node_index among the pool's nodes when the flip fires: after a replacement the
+    index names the new node, which is where the auditor saw the condition turn True."""
+    evidence = _evidence(turned=[_turned("n3")], node_pools={("soak1", n): "gpu1" for n in [*NODES, "n3"]},
+                         nodes=[_node("n0"), _node("n2"), _node("n3", faulty=True)])
+    [fault] = genuine_faults(evidence)
+    assert fault.node == "n3"
+
+
+def _degraded_host(node: str = "n2", at: float = ONSET) -> dict[str, Any]:
+    return {"kind": "resource-health", "cluster": "soak1", "pool": "gpu1", "node": node, "scenario": "degraded-host",
+            "t": CLOCK_START + at, "ok": True}
+
+
+@pytest.mark.parametrize(("outcome", "kind"), [("nothing", "lost"), ("a budget refusal nothing holds", "lost"),
+                                               ("remediated", "repaired"), ("dropped", "cleared"),
+                                               ("kept", "kept"), ("gone", "cleared")])
+def test_a_pushed_health_fault_ends_somewhere_or_is_lost(outcome: str, kind: str) -> None:
+    """Seed 931005's shape: a degraded host refused while its neighbour held the pool's budget, then never
+    looked at again, is lost; remediated, dropped by its source, still kept, or gone, it is not."""
+    records: dict[str, list[Any]] = {}
+    published: list[dict[str, Any]] = []
+    if outcome == "a budget refusal nothing holds":
+        records["dedupe"] = [_refused("budget-pool", node="n2")]
+    if outcome == "remediated":
+        records["remediation"] = [_rem("done", node="n2")]
+    if outcome == "dropped":
+        published.append({"type": "Steward.Remediation.PendingDropped",
+                          "data": {"cluster": CLUSTER_ID, "node": "n2", "reason_code": "cleared"}})
+    if outcome == "kept":
+        records["pending-fault"] = [Record(kind="pending-fault", id="f", state="waiting",
+                                           data={"cluster": CLUSTER_ID, "node": "n2", "code": "budget-pool"})]
+    nodes = [_node("n0"), _node("n1")] + ([] if outcome == "gone" else [_node("n2")])
+    evidence = _evidence(scenario=_scenario(flips=[]), actions=[_degraded_host()], nodes=nodes, turned=[],
+                         records=records, published=published)
+    [fault] = genuine_faults(evidence)
+    assert (fault.source, judge(evidence, fault).kind) == ("resource-health", kind)
+    assert bool(check_fault_liveness(evidence)) is (kind == "lost")
+
+
+def test_a_later_fault_on_a_node_an_earlier_remediation_handed_to_an_operator_is_theirs() -> None:
+    """Soak seed 2: a second XID on a node left cordoned by a remediation that gave up (the PDBs refused its
+    drain) is not admitted again; the node is the operator's already."""
+    pdb = "drain refused: covered by more than one PodDisruptionBudget; fallback hold: the node stays cordoned"
+    earlier = _rem("gave_up", at=ONSET - 500, reason=pdb)  # ended before this fault's onset
+    held = [_node("n0"), _node("n1", faulty=True, cordoned=True), _node("n2")]
+    assert _kind(_evidence(nodes=held, records={"remediation": [earlier]})) == ("handed-over", "drain obstacle")
+    assert _kind(_evidence(records={"remediation": [earlier]}))[0] == "lost", "uncordoned since: not held"
