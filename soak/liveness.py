@@ -248,16 +248,24 @@ def _explained(text: str, causes: Iterable[Cause]) -> str:
 
 def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) -> bool:
     """Whether giving up on ``fault`` after remediation ``rec`` is explained by the scenario: the node is in an
-    unmanaged pool (no GPU stack to verify), or this fault, or another on the same node (or on its
-    replacement) while the remediation worked, is one the ladder does not cure (drawn ``never`` or beyond
-    its strongest rung), or has no drawn cure (a Resource Health, DCGM or NAP fault: the simulator decides),
-    or struck while the repair was being verified."""
+    unmanaged pool (no GPU stack to verify); a flapping condition struck its pool while it worked; or this
+    fault, or another on the same node (or on its replacement) while the remediation worked, is one the
+    ladder does not cure (drawn ``never`` or beyond its strongest rung), or has no drawn cure (a Resource
+    Health, DCGM or NAP fault: the simulator decides), or struck while the repair was being verified."""
     ladder = _ladder(evidence)
     unmanaged = {(p.cluster, p.name) for p in evidence.scenario.pools if not p.managed}
     if (fault.cluster, fault.pool) in unmanaged:
         # An unmanaged pool's GPUs show only under a device plugin the team runs (sim/kube/machines.py
         # ``_apply_gpu_resources``); the soak runs none, so no repair there can verify "GPUs allocatable".
         return True
+    for flap in evidence.scenario.flapping:
+        # A flapping condition is resolved among the pool's nodes at each flip (sim/scenario.py), so after a
+        # replacement it may land on the new node while the repair is verified (seed 950062).
+        begin = evidence.start + float(flap["start"])
+        end = begin + float(flap["period_s"]) * int(flap["flips"])
+        if (flap["cluster"], flap["pool"]) == (fault.cluster, fault.pool) and begin <= rec.updated_at and \
+                end >= rec.created_at:
+            return True
     rep = rec.data.get("replace") if isinstance(rec.data.get("replace"), Mapping) else {}
     nodes = {fault.node, str(rec.data.get("target") or ""), str((rep or {}).get("replacement") or "")} - {""}
     for other in faults:
@@ -302,6 +310,8 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
         return Outcome(fault, "in-progress", f"remediation {last.state}", why, "in progress")
     if fault.cleared_at is not None:
         return Outcome(fault, "cleared", "condition cleared", "", "cleared")
+    if _overwritten(evidence, fault):
+        return Outcome(fault, "cleared", "XID overwritten before its window confirmed it", "", "overwritten")
     held = _held_for_an_operator(evidence, fault, causes)
     if held is not None:
         return held
@@ -332,6 +342,21 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
             code = str(rec.data.get("code") or "")
             return Outcome(fault, "handed-over", f"skipped ({code})", code, _explained(code, causes))
     return Outcome(fault, "lost", "nothing", "no remediation, refusal, kept row or drop names it", "none")
+
+
+def _overwritten(evidence: Evidence, fault: Fault) -> bool:
+    """A DCGM XID the exporter's gauge replaced with a later XID before the app's window re-check could confirm
+    it: ``DCGM_FI_DEV_XID_ERRORS`` holds the last XID only, and a fault is admitted only once every sample of
+    the window shows it (shared/remediation/dcgm_recheck.py; soak seed 950079, XID 79 then XID 31 62 s later).
+    The steward's design, resisting forged series, loses such an XID: counted as cleared by its source, and
+    shown as ``overwritten`` in the outcome table (a limit, not a repair)."""
+    from soak.signals import DCGM_CONFIRM_S
+
+    if fault.source != "dcgm" or not fault.what.startswith("XID"):
+        return False
+    return any(a.get("kind") == "dcgm-xid" and a.get("ok") and (str(a.get("cluster")), str(a.get("node"))) ==
+               (fault.cluster, fault.node) and fault.at < float(a["t"]) <= fault.at + DCGM_CONFIRM_S
+               for a in evidence.actions)
 
 
 def _held_for_an_operator(evidence: Evidence, fault: Fault, causes: list[Cause]) -> Outcome | None:

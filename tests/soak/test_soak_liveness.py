@@ -250,3 +250,32 @@ def test_a_later_fault_on_a_node_an_earlier_remediation_handed_to_an_operator_is
     held = [_node("n0"), _node("n1", faulty=True, cordoned=True), _node("n2")]
     assert _kind(_evidence(nodes=held, records={"remediation": [earlier]})) == ("handed-over", "drain obstacle")
     assert _kind(_evidence(records={"remediation": [earlier]}))[0] == "lost", "uncordoned since: not held"
+
+
+def test_a_flapping_condition_in_the_pool_while_the_repair_ran_explains_a_give_up() -> None:
+    """Seed 950062: the flapping condition's node_index named the replacement once the broken node was gone, and
+    the replacement never stayed healthy long enough to be trusted."""
+    gave_up = _rem("gave_up", reason="every rung failed (last: replace: did not stay healthy)")
+    flap = {"start": ONSET + 60, "cluster": "soak1", "pool": "gpu1", "node_index": 2, "type": DEVICE_PLUGIN,
+            "period_s": 8.0, "flips": 6}
+    scenario = _scenario(flips=[_flip(fixed_by="restart")])
+    assert _kind(_evidence(scenario=scenario, records={"remediation": [gave_up]}))[1] == "none"
+    scenario.flapping.append(flap)
+    assert _kind(_evidence(scenario=scenario, records={"remediation": [gave_up]})) == \
+        ("handed-over", "not cured by the ladder")
+
+
+def test_an_xid_a_later_xid_overwrote_before_its_window_confirmed_it_is_shown_as_overwritten() -> None:
+    """Seed 950079: XID 79, then XID 31 on the same GPU 62 s later; the exporter's gauge holds the last XID only and
+    the window re-check never saw 79 in every sample. A limit of the design, shown as such, not a loss."""
+    def xid(value: int, at: float) -> dict[str, Any]:
+        return {"kind": "dcgm-xid", "cluster": "soak1", "pool": "gpu1", "node": "n2", "xid": value,
+                "t": CLOCK_START + at, "ok": True}
+
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    alone = _evidence(scenario=_scenario(flips=[]), actions=[xid(79, ONSET)], nodes=nodes, turned=[])
+    assert _kind(alone) == ("lost", "none")
+    overwritten = _evidence(scenario=_scenario(flips=[]), actions=[xid(79, ONSET), xid(31, ONSET + 62)], nodes=nodes,
+                            turned=[])
+    assert _kind(overwritten) == ("cleared", "overwritten")
+    assert outcome_table(overwritten) == {"dcgm fault, cure as simulated: cleared (overwritten)": 1}
