@@ -260,8 +260,12 @@ class InProcessRun:
         from shared.remediation.records import NODE_KIND, NodeData, decode, node_key
 
         faults = list(getattr(self.last_sweep, "faults", None) or ())
+        # DCGM candidates waiting for their window re-check (shared.remediation.dcgm_recheck: every sample of the
+        # window must show the fault) are faults the next sweeps may admit: not quiet yet either (seed 950133).
+        dcgm = getattr(self.last_sweep, "dcgm", None)
+        candidates = int(dcgm.get("pending", 0) or 0) if isinstance(dcgm, dict) else 0
         if not faults:
-            return 0
+            return candidates
         passing: dict[str, bool] = {}
         for marker in self.raw_ledger.list("dedupe"):
             if marker.id.startswith("refused-") and pending_faults.passes(str(marker.data.get("reason_code") or "")):
@@ -273,7 +277,7 @@ class InProcessRun:
             node = self.raw_ledger.get(NODE_KIND, node_key(fault.cluster, fault.node))
             if node is None or fault.id not in decode(node.data, NodeData).faults:
                 waiting += 1
-        return waiting
+        return waiting + candidates
 
     def _guard(self, where: str, fn: Callable[[], Any]) -> None:
         started = time.monotonic()

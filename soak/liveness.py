@@ -292,7 +292,9 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
         last = rems[-1]
         why = reason(last)
         if last.state == "done":
-            if fault.source == "npd" and present and fault.what in conditions[key]:
+            again = any(o is not fault and (o.cluster, o.node, o.what) == (fault.cluster, fault.node, fault.what)
+                        and o.at > fault.at for o in faults or [])  # a later fault of its own answers for the end
+            if fault.source == "npd" and present and fault.what in conditions[key] and not again:
                 return Outcome(fault, "lost", "done", f"remediation {last.id} is done but {fault.what} is still "
                                                      "True on the node", "none")
             return Outcome(fault, "repaired", f"remediation {last.state}", why, "")

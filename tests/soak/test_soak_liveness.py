@@ -279,3 +279,14 @@ def test_an_xid_a_later_xid_overwrote_before_its_window_confirmed_it_is_shown_as
                             turned=[])
     assert _kind(overwritten) == ("cleared", "overwritten")
     assert outcome_table(overwritten) == {"dcgm fault, cure as simulated: cleared (overwritten)": 1}
+
+
+def test_a_repair_is_not_blamed_for_the_same_condition_failing_again_later() -> None:
+    """Seed 950120: repaired at t+54, the same condition flipped True again at t+427 (a new fault, refused by the
+    open breaker): the end state belongs to the later fault, not to the done repair."""
+    later = _flip(at=ONSET + 400, fixed_by="replace")
+    scenario = _scenario(flips=[_flip(fixed_by="reimage"), later])
+    evidence = _evidence(scenario=scenario, turned=[_turned(), _turned(at=ONSET + 400)],
+                         records={"remediation": [_rem("done")],
+                                  "dedupe": [_refused("breaker", at=ONSET + 410)]})
+    assert [(o.kind, o.cause) for o in outcomes(evidence)] == [("repaired", ""), ("handed-over", "breaker")]
