@@ -314,6 +314,10 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
         return Outcome(fault, "cleared", "condition cleared", "", "cleared")
     if _overwritten(evidence, fault):
         return Outcome(fault, "cleared", "XID overwritten before its window confirmed it", "", "overwritten")
+    if _contested(evidence, fault):
+        return Outcome(fault, "handed-over", "contested by forged series", "a forged copy of the node's series "
+                       "disagrees with the exporter's: never acted on, reported as SeriesRefused (contested)",
+                       "forged series")
     held = _held_for_an_operator(evidence, fault, causes)
     if held is not None:
         return held
@@ -359,6 +363,24 @@ def _overwritten(evidence: Evidence, fault: Fault) -> bool:
     return any(a.get("kind") == "dcgm-xid" and a.get("ok") and (str(a.get("cluster")), str(a.get("node"))) ==
                (fault.cluster, fault.node) and fault.at < float(a["t"]) <= fault.at + DCGM_CONFIRM_S
                for a in evidence.actions)
+
+
+def _contested(evidence: Evidence, fault: Fault) -> bool:
+    """A DCGM fault on a node that forged series also name: the copies disagree, so the window re-check holds
+    the fault back ("every sample and copy", shared/remediation/dcgm.py ``_confirmed``) and the steward
+    reports ``contested`` in a ``Steward.Signal.SeriesRefused`` event (soak seed 950133: an ECC storm on a node
+    a tenant's PodMonitor series named). The anti-forgery design lets a forger hold back a genuine DCGM fault
+    on a node it names (its NPD conditions still act): shown as a hand-over, for a cause the scenario
+    injected, and named in the outcome table."""
+    from soak.forgeries import FORGE_ALIAS, FORGE_SERIES
+
+    if fault.source != "dcgm":
+        return False
+    named = any(a.get("kind") in (FORGE_SERIES, FORGE_ALIAS) and a.get("ok") and str(a.get("node")) == fault.node
+                for a in evidence.actions)
+    reported = any(e.get("type") == "Steward.Signal.SeriesRefused" and (e.get("data") or {}).get("code") == "contested"
+                   for e in evidence.published)
+    return named and reported
 
 
 def _held_for_an_operator(evidence: Evidence, fault: Fault, causes: list[Cause]) -> Outcome | None:

@@ -290,3 +290,18 @@ def test_a_repair_is_not_blamed_for_the_same_condition_failing_again_later() -> 
                          records={"remediation": [_rem("done")],
                                   "dedupe": [_refused("breaker", at=ONSET + 410)]})
     assert [(o.kind, o.cause) for o in outcomes(evidence)] == [("repaired", ""), ("handed-over", "breaker")]
+
+
+def test_a_dcgm_fault_a_forged_series_contests_is_handed_over_for_the_forgery() -> None:
+    """Seed 950133: an ECC storm on a node a tenant's PodMonitor series also named; the copies disagree, the window
+    re-check never confirms it, and the steward reports ``contested`` (SeriesRefused)."""
+    storm = {"kind": "dcgm-ecc-storm", "cluster": "soak1", "pool": "gpu1", "node": "n2", "t": CLOCK_START + ONSET,
+             "ok": True, "persist": False}
+    forged = {"kind": "dcgm-forge-series", "cluster": "soak1", "pool": "gpu1", "node": "n2",
+              "t": CLOCK_START + ONSET - 50, "ok": True}
+    contested = {"type": "Steward.Signal.SeriesRefused", "data": {"code": "contested", "count": 1}}
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    base = {"scenario": _scenario(flips=[]), "nodes": nodes, "turned": []}
+    assert _kind(_evidence(actions=[storm, forged], **base)) == ("lost", "none"), "not reported: lost"
+    assert _kind(_evidence(actions=[storm], published=[contested], **base)) == ("lost", "none"), "no forgery named it"
+    assert _kind(_evidence(actions=[storm, forged], published=[contested], **base)) == ("handed-over", "forged series")
