@@ -194,6 +194,10 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
             what = "ECC storm" + (" (failing memory)" if action.get("persist") else "")
         elif kind == "nap-flip":
             what = "NAP condition"
+            if any(a.get("kind") == "nap-flip" and a.get("ok") and a is not action and float(a["t"]) < float(action["t"])
+                   and (a.get("node"), a.get("type")) == (action.get("node"), action.get("type"))
+                   for a in evidence.actions):
+                continue  # the same condition on the same node, already True: no new fault (seed 951101)
         else:
             continue
         source = {"resource-health": "resource-health", "nap-flip": "nap"}.get(str(kind), "dcgm")

@@ -305,3 +305,14 @@ def test_a_dcgm_fault_a_forged_series_contests_is_handed_over_for_the_forgery() 
     assert _kind(_evidence(actions=[storm, forged], **base)) == ("lost", "none"), "not reported: lost"
     assert _kind(_evidence(actions=[storm], published=[contested], **base)) == ("lost", "none"), "no forgery named it"
     assert _kind(_evidence(actions=[storm, forged], published=[contested], **base)) == ("handed-over", "forged series")
+
+
+def test_a_second_nap_flip_of_a_condition_already_true_on_the_node_is_no_new_fault() -> None:
+    """Seed 951101: two draws put UnhealthyNvidiaDevicePlugin on the same NAP node 48 s apart; the second changed
+    nothing, and the first was handed over (the breaker)."""
+    def flip(at: float) -> dict[str, Any]:
+        return {"kind": "nap-flip", "cluster": "nap1", "nodepool": "gpu", "node": "k1", "pool": "gpu",
+                "type": DEVICE_PLUGIN, "t": CLOCK_START + at, "ok": True}
+
+    evidence = _evidence(scenario=_scenario(flips=[]), actions=[flip(ONSET), flip(ONSET + 48)], turned=[])
+    assert [f.at - CLOCK_START for f in genuine_faults(evidence)] == [ONSET]
