@@ -87,6 +87,7 @@ class Outcome:
 #: put down to the first injected cause it names). A reason that only says "failed" names nothing: every
 #: pattern is specific enough to point an operator at the cause.
 CAUSE_PATTERNS: dict[str, str] = {
+    "attempts cap": r"attempts in the last \d+s, at most",
     "node resource group locked": r"ScopeLocked|\block|DenyAssignment",
     "Karpenter node": r"Karpenter|NodeClaim",
     "quota": r"quota",
@@ -111,7 +112,7 @@ def injected_causes(evidence: Evidence) -> list[Cause]:
     scenario = evidence.scenario
     # Every fleet has budgets, nodes come and go, and a repair may fail: whether the ladder could not cure
     # *this* fault is judged per fault (_uncurable), from what the scenario drew for it and its node.
-    names: set[str] = {"node left", "platform", "budget", "not cured by the ladder"}
+    names: set[str] = {"node left", "platform", "budget", "not cured by the ladder", "attempts cap"}
     kinds = " ".join([*scenario.strict_faults, *scenario.signal_faults])
     if "locked" in kinds:
         names.add("node resource group locked")

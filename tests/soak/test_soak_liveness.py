@@ -316,3 +316,10 @@ def test_a_second_nap_flip_of_a_condition_already_true_on_the_node_is_no_new_fau
 
     evidence = _evidence(scenario=_scenario(flips=[]), actions=[flip(ONSET), flip(ONSET + 48)], turned=[])
     assert [f.at - CLOCK_START for f in genuine_faults(evidence)] == [ONSET]
+
+
+def test_a_node_at_its_attempts_cap_is_handed_over_for_that_cap() -> None:
+    """Seed 951271: a node's third remediation in a day is cordoned and left to an operator (BUDGET_NODE attempts)."""
+    capped = _rem("gave_up", reason="3 attempts in the last 86400s, at most 3: leaving the node to an operator: "
+                                    "cordoned and not drained or repaired again")
+    assert _kind(_evidence(records={"remediation": [capped]})) == ("handed-over", "attempts cap")
