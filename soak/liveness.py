@@ -193,6 +193,10 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
             what = f"XID {action['xid']}"
         elif kind == "dcgm-ecc-storm":
             what = "ECC storm" + (" (failing memory)" if action.get("persist") else "")
+            if any(a.get("kind") == kind and a.get("ok") and a is not action and float(a["t"]) < float(action["t"])
+                   and (a.get("cluster"), a.get("node")) == (action.get("cluster"), action.get("node"))
+                   for a in evidence.actions):
+                continue  # a second storm on a GPU already storming: the same fault (seed 951270)
         elif kind == "nap-flip":
             what = "NAP condition"
             if any(a.get("kind") == "nap-flip" and a.get("ok") and a is not action and float(a["t"]) < float(action["t"])

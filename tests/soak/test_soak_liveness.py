@@ -323,3 +323,13 @@ def test_a_node_at_its_attempts_cap_is_handed_over_for_that_cap() -> None:
     capped = _rem("gave_up", reason="3 attempts in the last 86400s, at most 3: leaving the node to an operator: "
                                     "cordoned and not drained or repaired again")
     assert _kind(_evidence(records={"remediation": [capped]})) == ("handed-over", "attempts cap")
+
+
+def test_a_second_ecc_storm_on_a_gpu_already_storming_is_no_new_fault() -> None:
+    """Seed 951270: two draws put ECC storms on one node 139 s apart; the first was handed over (a budget)."""
+    def storm(at: float) -> dict[str, Any]:
+        return {"kind": "dcgm-ecc-storm", "cluster": "soak1", "pool": "gpu1", "node": "n2", "t": CLOCK_START + at,
+                "ok": True, "persist": at == ONSET}
+
+    evidence = _evidence(scenario=_scenario(flips=[]), actions=[storm(ONSET), storm(ONSET + 139)], turned=[])
+    assert [f.what for f in genuine_faults(evidence)] == ["ECC storm (failing memory)"]
