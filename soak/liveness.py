@@ -31,12 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from soak.generate import GPU_SIZES, T4_FAMILY
 from soak.invariants import Evidence, Violation, _cluster_name, reason
 
 RUNGS = ("restart", "reimage", "replace")
 GIVEN_UP = ("gave_up", "blocked", "failed", "refused")
-#: A fault is judged this long after its onset at the earliest: a run that ended before then says nothing.
-SETTLE_S = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,9 +137,8 @@ def injected_causes(evidence: Evidence) -> list[Cause]:
         names.add("cordoned by someone else")  # the migration's cordon is not the remediation's
     if scenario.forged_rows:
         names.add("forged rows")
-    quota = sum(q["limit"] for s in scenario.sim["subscriptions"] for q in s["quotas"] if "T4" in q["family"])
-    used = sum({"Standard_NC4as_T4_v3": 4, "Standard_NC8as_T4_v3": 8}.get(p.vm_size, 8) * p.count
-               for p in scenario.pools)
+    quota = sum(q["limit"] for s in scenario.sim["subscriptions"] for q in s["quotas"] if q["family"] == T4_FAMILY)
+    used = sum(GPU_SIZES[p.vm_size] * p.count for p in scenario.pools)  # vCPUs, as soak.generate draws the quota
     if quota - used < 64:
         names.add("quota")
     return [Cause(n, p) for n, p in CAUSE_PATTERNS.items() if n in names]  # most specific first

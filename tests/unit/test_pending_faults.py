@@ -92,9 +92,8 @@ def test_a_forged_pending_row_only_makes_the_steward_check_the_event_again() -> 
     assert fleet.ledger.list(KIND) == [] and kept(fleet) == []
 
 
-def test_a_host_fault_on_a_node_another_fault_is_being_repaired_on_is_kept_and_judged_after_that_repair() -> None:
-    """A restart for a device-plugin fault need not cure a degraded host: the pushed event must not be lost
-    to the node being busy (it used to be answered "duplicate" and forgotten)."""
+def a_degraded_host_while_another_fault_is_repaired_on_it() -> tuple[Any, list[str], Any]:
+    """names[1]'s device-plugin fault admitted (a restart heals it), then Resource Health says its host is degraded."""
     fleet, names = fleet_with(3)
     fleet.compute.outcomes["restart"] = "heals"
     fleet.break_node(names[1], at=T0 - 600)
@@ -102,6 +101,13 @@ def test_a_host_fault_on_a_node_another_fault_is_being_repaired_on_is_kept_and_j
     arm_says(fleet, names[1], "Degraded")
     handled = health_events.handle(hr.availability_changed(vm_id(names[1]), state="Degraded", previous="Available",
                                                            at=T0), fleet.ctx())
+    return fleet, names, handled
+
+
+def test_a_host_fault_on_a_node_another_fault_is_being_repaired_on_is_kept_and_judged_after_that_repair() -> None:
+    """A restart for a device-plugin fault need not cure a degraded host: the pushed event must not be lost
+    to the node being busy (it used to be answered "duplicate" and forgotten)."""
+    fleet, names, handled = a_degraded_host_while_another_fault_is_repaired_on_it()
     assert handled.outcome is Handling.DUPLICATE and pending_faults.passes(handled.code), handled.detail
     [row] = kept(fleet)
     assert row.data["node"] == names[1]
@@ -116,13 +122,7 @@ def test_a_host_fault_on_a_node_another_fault_is_being_repaired_on_is_kept_and_j
 
 
 def test_a_host_fault_whose_node_was_cured_by_the_other_repair_is_dropped_as_cleared() -> None:
-    fleet, names = fleet_with(3)
-    fleet.compute.outcomes["restart"] = "heals"
-    fleet.break_node(names[1], at=T0 - 600)
-    assert fleet.handle(unhealthy_event(names[1], fleet=fleet)).startswith("admitted")
-    arm_says(fleet, names[1], "Degraded")
-    health_events.handle(hr.availability_changed(vm_id(names[1]), state="Degraded", previous="Available", at=T0),
-                         fleet.ctx())
+    fleet, names, _ = a_degraded_host_while_another_fault_is_repaired_on_it()
     assert run_until_settled(fleet) == ["done"]
     arm_says(fleet, names[1], "Available")
     report = sweep.sweep(fleet.ctx())
