@@ -42,10 +42,13 @@ drain: its floor is ``threshold + longest grace + delete_machines_s + pool_scale
 verification``.
 
 Everything else is the app's overhead, which the ratio shows: the wait for the next sweep (up to one
-interval), delivery, admission, the poll cadence of each step, and a verification window longer than the
-floor's (the app waits ``max(REMEDIATION_SETTLE_S, 2 x 30 s)`` after the node's last transition to outlast
-NPD's first check, shared/remediation/steps.py ``verify_window_s``). Each figure's note splits the measured
-time by the record's history. Target: at most 1.3 x the floor.
+interval), delivery, admission, the poll cadence of each step (a step that moves the record on is followed at
+once by the next, shared/kernel/reconciler.py ``advance_record``), the app's own I/O (at clock x10, a tenth of
+a second of work is a second of the figure), and a verification window longer than the floor's (the app waits
+``max(REMEDIATION_SETTLE_S, 2 x (5 s + 1 s))`` after the node's last transition, to outlast NPD's run of its
+rules on boot, shared/remediation/steps.py ``verify_window_s``; a surge node's stability counts from when it
+was found healthy, before the deletion). Each figure's note splits the measured time by the record's history.
+Target: at most 1.3 x the floor.
 """
 
 from __future__ import annotations

@@ -102,9 +102,14 @@ DEFAULT_TIMINGS: dict[str, float] = {
     "job_run_s": 60.0,
     "nap_provision_s": 30.0,
     "nap_terminate_s": 10.0,  # Karpenter's termination of a deleted NodeClaim (node and VM gone)
-    # node-problem-detector's custom plugin monitor after a boot: the first plugin run comes one
-    # invoke_interval after start (NPD's default 30 s, pkg/custompluginmonitor/types/config.go).
-    "npd_first_check_s": 30.0,
+    # node-problem-detector's custom plugin monitor after a boot: it runs every rule once on start
+    # (kubernetes/node-problem-detector pkg/custompluginmonitor/plugin/plugin.go ``Run``: "On boot, run every
+    # rule in one batch", before its interval tickers), each run bounded by the rule's timeout (5 s by default,
+    # pkg/custompluginmonitor/types/config.go ``defaultGlobalTimeout``), and the k8s exporter's condition
+    # manager writes a changed condition within its 1 s ``updatePeriod`` (pkg/exporters/k8sexporter/condition/
+    # manager.go). So a fault that survived the boot is True again at most ~6 s after NPD's start: the
+    # default is that worst case, a plugin that runs to its timeout.
+    "npd_first_check_s": 6.0,
     # the disruption controller's lag: a PDB created or changed (spec, or status written by a client)
     # is observed this long after (status.observedGeneration < metadata.generation until then)
     "pdb_observe_s": 1.0,

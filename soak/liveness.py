@@ -258,7 +258,8 @@ def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) 
     unmanaged pool (no GPU stack to verify); a flapping condition struck its pool while it worked; or this
     fault, or another on the same node (or on its replacement) while the remediation worked, is one the
     ladder does not cure (drawn ``never`` or beyond its strongest rung), or has no drawn cure (a Resource
-    Health, DCGM or NAP fault: the simulator decides), or struck while the repair was being verified."""
+    Health, DCGM or NAP fault: the simulator decides), or struck while the repair was being verified; or this
+    fault struck during the verification, after the ladder's last action (:func:`_after_the_last_rung`)."""
     ladder = _ladder(evidence)
     unmanaged = {(p.cluster, p.name) for p in evidence.scenario.pools if not p.managed}
     if (fault.cluster, fault.pool) in unmanaged:
@@ -273,6 +274,8 @@ def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) 
         if (flap["cluster"], flap["pool"]) == (fault.cluster, fault.pool) and begin <= rec.updated_at and \
                 end >= rec.created_at:
             return True
+    if _after_the_last_rung(rec, fault):
+        return True
     rep = rec.data.get("replace") if isinstance(rec.data.get("replace"), Mapping) else {}
     nodes = {fault.node, str(rec.data.get("target") or ""), str((rep or {}).get("replacement") or "")} - {""}
     for other in faults:
@@ -283,6 +286,16 @@ def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) 
         if other is not fault and rec.created_at <= other.at <= rec.updated_at:
             return True
     return False
+
+
+def _after_the_last_rung(rec: Any, fault: Fault) -> bool:
+    """Whether ``fault`` struck while ``rec`` was verifying a repair, with no rung acting after it: the ladder
+    never ran for it (it made the verification fail, and the remediation ended on it; seed 952067: a
+    device-plugin repair's verification met a DCGM-services fault that struck 27 s into it)."""
+    lines = [(float(h.get("at") or 0.0), str(h.get("state") or "")) for h in rec.history or []]
+    verifying = any(state == "verifying" and at <= fault.at for at, state in lines)
+    acted_after = any(state == "repairing" and at > fault.at for at, state in lines)
+    return rec.created_at < fault.at <= rec.updated_at and verifying and not acted_after
 
 
 def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None,
@@ -392,11 +405,21 @@ def _contested(evidence: Evidence, fault: Fault) -> bool:
 
 def _held_for_an_operator(evidence: Evidence, fault: Fault, causes: list[Cause]) -> Outcome | None:
     """A fault on a node an earlier remediation already handed to an operator (it gave up or was blocked and
-    left the node cordoned): the node is out of service and the operator's already; nothing is admitted
-    on it until they act (soak seed 2: a second XID 79 on a node held after a drain the PDBs refused)."""
+    left the node cordoned), or that a blocked migration of its pool holds cordoned: the node is out of
+    service and the operator's already; nothing is admitted on it until they act (soak seed 2: a second XID
+    79 on a node held after a drain the PDBs refused)."""
     node = next((n for n in evidence.nodes.get(fault.cluster, []) if str(n["metadata"]["name"]) == fault.node), None)
     if node is None or not node["spec"].get("unschedulable"):
         return None
+    for mig in evidence.records.get("migration", []):
+        # The node's pool is being replaced: the migration cordoned it to drain it, the sweep leaves a node
+        # cordoned by someone else alone, and a migration blocked (its drain stalled, seed 952125) waits for an
+        # operator with the node still cordoned.
+        if mig.state == "blocked" and str(mig.data.get("cluster_name") or "") == fault.cluster and \
+                fault.node in (mig.data.get("cordoned") or []):
+            why = reason(mig)
+            return Outcome(fault, "handed-over", f"node held by migration {mig.id} ({mig.state})", why,
+                           _explained(why, causes))
     earlier = sorted((r for r in evidence.records.get("remediation", [])
                       if (_cluster_name(str(r.data.get("cluster", ""))), str(r.data.get("node", ""))) ==
                       (fault.cluster, fault.node) and r.state in GIVEN_UP), key=lambda r: r.created_at)

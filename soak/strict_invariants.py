@@ -37,7 +37,7 @@ RBAC_HINTS = ("RBAC", "check the app's Azure role")
 REFUSED_ON_ANSWER = "answered 500"  # shared.drain.state: the multi-PDB 500 stops a drain that had started
 VM_RUNGS = ("restart", "reimage")
 VMSS_REMOVALS = ("machine_deleted", "pool_deleted", "scale_down")
-NPD_RECHECK_WINDOW_S = 45.0  # NPD's first check after a boot (30 s) plus two driver steps and slack
+NPD_RECHECK_WINDOW_S = 45.0  # NPD's first check after a boot (the simulator's 6 s by default) plus two driver steps and slack
 
 
 def _configured(evidence: Evidence) -> set[str]:

@@ -210,7 +210,11 @@ def advance_record(record: Record, ctx: Context, *, report: ReconcileReport,
         finished = stepped.state not in active
         after = ctx.clock.now()
         last = taken == MAX_STEPS_PER_RECORD  # the claim is always released by the last step taken
-        more = not finished and not last and stepped.next_at <= after and stepped.state != before.state
+        # Onward at once while the step moved (a new state, or a new phase within it: a fresh history line)
+        # and the record is due already: each phase's first call then follows its predecessor in the same
+        # invocation instead of a reconciler tick later. A step that only waits (``stay``) is not due now.
+        moved = stepped.state != before.state or stepped.history[-1:] != before.history[-1:]
+        more = not finished and not last and stepped.next_at <= after and moved
         wait = stepped.next_at - after
         hold = (not finished and not last and not more and 0.0 < wait <= HOLD_S
                 and report.held_s + wait <= HOLD_BUDGET_S and "_error_streak" not in stepped.data)

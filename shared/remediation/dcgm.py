@@ -28,7 +28,8 @@ Why it is built this way:
 - **Debouncing like the conditions.** A fault must be seen by two sweeps at least its threshold apart
   (``RemediationPolicy.threshold_for(key)``). The first sighting of each key on a node (``Xid79``,
   ``DCGM_FI_DEV_ROW_REMAP_FAILURE``...) is kept in one ``dcgm-node`` row per node (ETag-guarded), the
-  fault's ``since`` and so its fault id (``records.fault_id``). A key no longer seen is forgotten.
+  fault's ``since`` and so its fault id (``records.fault_id``). A key no longer seen is forgotten, unless
+  its counter shows another fault at that moment (a last-XID gauge whose copies alternate between two XIDs).
 - **The lifetime DBE counter** says nothing about now by its level: its baseline per GPU is kept in the
   same row; growth over it is a fault until an admission handled it.
 - **Only what exists by default is relied upon.** The managed exporter exports only the default CSV's
@@ -200,6 +201,12 @@ def judge(readings: Iterable[Reading], *, baselines: Mapping[str, float],
     observed = [Observed(key, metric, value, tuple(sorted(set(gpus), key=_gpu_order)), decision)
                 for key, (metric, value, gpus, decision) in sorted(found.items())]
     return observed, new_baselines
+
+
+def _metric_of(key: str) -> str:
+    """The counter behind a ``dcgm-node`` row's key: ``Xid<n>`` keys are the last-XID gauge's, others are named
+    for their counter (:func:`judge`)."""
+    return sp.XID_METRIC if key.startswith("Xid") else key
 
 
 def _gpu_order(gpu: str) -> tuple[int, str]:
@@ -410,7 +417,15 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
         view = _verified(ctx, group, cluster_id, node, policy=policy, refused=refused)
         if view is None:
             return
-    seen = {o.key: data.seen.get(o.key, now) for o in observed}  # a key no longer seen is forgotten
+    seen = {o.key: data.seen.get(o.key, now) for o in observed}  # a key no longer seen is forgotten ...
+    showing = {o.metric for o in observed}
+    for key, first in data.seen.items():
+        if key not in seen and _metric_of(key) in showing:
+            # ... unless the same counter shows another fault now: a GPU's last-XID gauge that flips between
+            # two faulty values (copies that alternate, one forged: soak seed 952019) still shows a fault, and
+            # forgetting each value at every flip would restart its threshold for ever; kept, the value comes
+            # due when it shows again and the window re-check judges the copies (``contested``).
+            seen[key] = first
     for o in observed:
         handling = attempts.handling(ctx, cluster_id, node, fault_id(cluster_id, node, o.key, data.seen[o.key])) \
             if o.key in data.seen else ""

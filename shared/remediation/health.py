@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shared.kernel.ports import NodeView
+from shared.kernel.timefmt import iso
 from shared.remediation.policy import RemediationPolicy
 
 CORDONED_BY_LABEL = "gpu-fleet-steward/cordoned-by"
@@ -214,6 +215,29 @@ def is_recovered(node: NodeView, *, policy: RemediationPolicy) -> tuple[bool, st
     return True, "Ready, GPU conditions False, GPUs allocatable"
 
 
+def fault_back_after_boot(node: NodeView, *, policy: RemediationPolicy, since: float) -> str:
+    """The configured condition that a node-problem-detector started by a boot after ``since`` found True
+    again (pure); empty when none did.
+
+    NPD runs every rule once on start (kubernetes/node-problem-detector pkg/custompluginmonitor/plugin/
+    plugin.go ``Run``), so a fault that survived a restart or reimage is True again seconds after the node
+    is back, and it may never read ``False`` when the app looks. That is the rung failing, known now, not at
+    the rung's timeout. Only the conservative case counts: the node Ready again since ``since`` (the
+    action's start) and the condition turned True no earlier than that Ready, so a fault still True from
+    before the boot, or one that turned True while the node went down, is not taken for the boot's verdict.
+    """
+    ready = node.condition("Ready")
+    if not node.ready or ready is None or ready.last_transition is None or ready.last_transition < since:
+        return ""
+    for type_ in policy.conditions:
+        cond = node.condition(type_)
+        if (cond is not None and cond.status == "True" and cond.last_transition is not None
+                and cond.last_transition >= ready.last_transition):
+            return (f"{type_} True again since {iso(cond.last_transition)}, after the node was Ready at "
+                    f"{iso(ready.last_transition)}")
+    return ""
+
+
 VERIFIED, CONFIRMING, NOT_RECOVERED = "verified", "confirming", "not-recovered"
 
 
@@ -228,7 +252,7 @@ class Verdict:
 
 
 def verify_repair(node: NodeView, *, policy: RemediationPolicy, since: float, now: float,
-                  window_s: float) -> Verdict:
+                  window_s: float, since_what: str = "verification began") -> Verdict:
     """Whether a repaired node may be trusted again (pure).
 
     Healthy (:func:`is_recovered`) is not enough right after a boot: node-problem-detector publishes
@@ -242,7 +266,7 @@ def verify_repair(node: NodeView, *, policy: RemediationPolicy, since: float, no
     recovered, why = is_recovered(node, policy=policy)
     if not recovered:
         return Verdict(NOT_RECOVERED, why)
-    start, what = since, "verification began"
+    start, what = since, since_what
     ready = node.condition("Ready")
     if ready is not None and ready.last_transition is not None and ready.last_transition > start:
         start, what = ready.last_transition, "the node turned Ready"

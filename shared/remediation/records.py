@@ -128,6 +128,7 @@ class ReplaceData(msgspec.Struct, kw_only=True):
     surge_error: str = ""
     nodeclaim: str = ""
     gone_at: float | None = None
+    found_at: float | None = None  # when the replacement was first read healthy (and claimed)
 
 
 class Escalation(msgspec.Struct, kw_only=True, rename={"from_": "from"}):

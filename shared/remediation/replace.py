@@ -221,7 +221,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return go(RungPhase.DELETE, f"replacement {new.name} is Ready with GPUs: deleting {d.node}",
-                      replacement=new.name)
+                      replacement=new.name, found_at=now)
         if pool.operation_ended_undone:
             note = f"the surge ended {pool.provisioning_state}: falling back to delete-then-scale"
             kube_event(kube, d.node, record, "StewardSurgeFallback", note, "Warning")
@@ -267,7 +267,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return replaced(record, ctx, kube, now=now, target=new.name,
-                            rep=msgspec.structs.replace(rep, replacement=new.name))
+                            rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
         return waiting("waiting for the replacement node")
     raise Invalid(f"unknown replace phase {phase!r}")
 
@@ -318,7 +318,7 @@ def replace_nodeclaim(record: Record, ctx: Context, kube: KubePort, *, policy: R
         new = replacement(ctx, record, kube, since=d.cordoned_at or record.created_at, policy=policy, now=now)
         if new is not None:
             return replaced(record, ctx, kube, now=now, target=new.name,
-                            rep=msgspec.structs.replace(rep, replacement=new.name))
+                            rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
         gone_at = rep.gone_at or now
         if now >= gone_at + max(policy.settle_s, 2 * policy.poll_s):
             note = (f"{d.node} deleted through its NodeClaim; no replacement yet: Karpenter provisions one when "

@@ -337,6 +337,9 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
             kube_event(kube, node, record, f"Steward{RUNG_EVENTS[rung]}", note)
             return announce(move(record, State.VERIFYING, now=now, note=note,
                                  **fields(verify_since=now, target=node.name)), record, RUNG_EVENTS[rung], note)
+        back = health.fault_back_after_boot(node, policy=policy, since=started) if not recovered else ""
+        if back:  # NPD's run on boot found the fault again: this rung did not cure it, and waiting will not
+            return next_rung(record, ctx, kube, now=now, why=f"the fault survived the {rung}: {back}")
     else:
         why = "the node is not registered (yet)"
         rebooted = True
@@ -350,17 +353,22 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
     return stay(record, now=now, until=now + policy.poll_s, note=f"waiting for {rung}: {why}")
 
 
-# NPD's custom plugin monitor runs its first check one invoke_interval after it starts (30 s by default,
-# kubernetes/node-problem-detector pkg/custompluginmonitor/types/config.go); the interval of AKS's GPU
-# plugins is not documented. Verification outlasts twice that default at least, or REMEDIATION_SETTLE_S
-# when longer (raise it if a cluster's NPD checks less often).
-NPD_DEFAULT_INVOKE_INTERVAL_S = 30.0
+# How soon a fault that survived a reboot is True again: node-problem-detector runs every rule once on
+# start (kubernetes/node-problem-detector pkg/custompluginmonitor/plugin/plugin.go ``Run``, before its
+# interval tickers), a run bounded by the rule's timeout (5 s by default, pkg/custompluginmonitor/types/
+# config.go ``defaultGlobalTimeout``), and its condition manager writes a changed condition within its 1 s
+# ``updatePeriod`` (pkg/exporters/k8sexporter/condition/manager.go). AKS does not document its GPU
+# plugins' timeout: verification outlasts twice that default bound, or REMEDIATION_SETTLE_S when longer
+# (the default, 120 s; raise it if a cluster's NPD rules run longer).
+NPD_DEFAULT_TIMEOUT_S = 5.0
+NPD_CONDITION_SYNC_S = 1.0
+NPD_BOOT_CHECK_S = NPD_DEFAULT_TIMEOUT_S + NPD_CONDITION_SYNC_S
 VERIFY_MAX_WINDOWS = 4  # verification is bounded too: a node never stable this long fails the rung
 
 
 def verify_window_s(policy: RemediationPolicy) -> float:
     """How long a repaired node must stay healthy after its last restart evidence before it is trusted."""
-    return max(float(policy.settle_s), 2 * NPD_DEFAULT_INVOKE_INTERVAL_S)
+    return max(float(policy.settle_s), 2 * NPD_BOOT_CHECK_S)
 
 
 def step_verifying(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
@@ -369,8 +377,8 @@ def step_verifying(record: Record, ctx: Context, *, now: float, policy: Remediat
     A rebooted node's node-problem-detector publishes every GPU condition ``False`` with a fresh
     transition time before its first check (kubernetes/node-problem-detector
     pkg/custompluginmonitor/custom_plugin_monitor.go ``initialConditions``); a fault that survived the
-    reboot turns ``True`` again only one ``invoke_interval`` later. So the start-up ``False`` proves
-    nothing: :func:`health.verify_repair` waits a whole window after the latest of Ready's and the
+    reboot turns ``True`` again only when the rules' run on boot reports (:data:`NPD_BOOT_CHECK_S`). So the
+    start-up ``False`` proves nothing: :func:`health.verify_repair` waits a whole window after the latest of Ready's and the
     conditions' transitions, and only then is the node uncordoned.
     """
     d = load(record)
@@ -379,8 +387,14 @@ def step_verifying(record: Record, ctx: Context, *, now: float, policy: Remediat
     node = kube.get_node(target)
     since = d.verify_since or now
     window = verify_window_s(policy)
+    stable_from, since_what = since, "verification began"
+    if d.replace.found_at and target == d.replace.replacement and d.replace.found_at < since:
+        # A surge node read healthy before the broken one was deleted: its stability counts from then (its
+        # own transitions still bound it, so a flap since shows), not only from after the deletion.
+        stable_from, since_what = d.replace.found_at, "the replacement was found healthy"
     if node is not None:
-        verdict = health.verify_repair(node, policy=policy, since=since, now=now, window_s=window)
+        verdict = health.verify_repair(node, policy=policy, since=stable_from, now=now, window_s=window,
+                                       since_what=since_what)
         if verdict.state == health.VERIFIED and d.signal == SignalSource.GPU_CAPACITY:
             # healthy by the node's own checks, but is every GPU of its size back? (its source says)
             short, why_short = fault_source.present(ctx, d, node)

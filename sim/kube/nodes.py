@@ -170,11 +170,13 @@ class Nodes:
     def _npd_start(self, name: str, boot: int) -> None:
         """node-problem-detector starts with the boot: every custom-plugin condition is published
         ``False`` with a fresh transition time before any check ran, and a fault that survived the
-        reboot turns ``True`` again only at the first check.
+        reboot turns ``True`` again at the first check, the run of every rule that NPD makes on start.
 
         kubernetes/node-problem-detector pkg/custompluginmonitor/custom_plugin_monitor.go
         (``monitorLoop`` -> ``initializeStatus`` -> ``initialConditions``: Status False, Transition now,
-        unless ``skip_initial_status``); the first plugin run follows ``invoke_interval``.
+        unless ``skip_initial_status``); pkg/custompluginmonitor/plugin/plugin.go ``Run`` runs every rule once
+        on boot, then each ``invoke_interval``: the first result comes after the rule's run (bounded by its
+        ``timeout``) and the condition manager's next sync (``npd_first_check_s``, sim/model.py).
         """
         node = self.nodes.get(name)
         if node is None or node.boot != boot:
@@ -198,7 +200,7 @@ class Nodes:
             for type_ in sorted(n.repair_plan):  # faults this boot did not fix
                 self._set_condition(n, type_, "True")
 
-        self.fleet.after(self.fleet.timings.get("npd_first_check_s", 30.0), first_check)
+        self.fleet.after(self.fleet.timings["npd_first_check_s"], first_check)
 
     def set_condition(self, node_name: str, type_: str, status: str, *, fixed_by: str = "restart",
                       reason: str = "", message: str = "") -> bool:

@@ -178,7 +178,7 @@ def test_repairs_clear_a_condition_only_when_the_plan_says_that_rung_fixes_it(fi
     assert not node.ready
     fleet.advance(fleet.timings[f"{rung}_s"] + 1)
     assert node.ready
-    # NPD publishes False at start-up and re-checks one invoke_interval later (tests/sim/test_npd_reboot.py)
+    # NPD publishes False at start-up and its boot run re-checks soon after (tests/sim/test_npd_reboot.py)
     fleet.advance(fleet.timings["npd_first_check_s"])
     assert (node.condition("UnhealthyNvidiaDevicePlugin")["status"] == "False") is clears
 

@@ -3,10 +3,14 @@
 kubernetes/node-problem-detector pkg/custompluginmonitor/custom_plugin_monitor.go: on start the custom
 plugin monitor publishes every condition of its config ``False`` with a fresh transition time
 (``initialConditions``) before any check has run; a fault that survived the reboot turns ``True`` again
-only at the first check, one ``invoke_interval`` later.
+at the first check, which is the run of every rule NPD makes on boot (pkg/custompluginmonitor/plugin/plugin.go
+``Run``), not one ``invoke_interval`` later: the rule's run (``timeout``, 5 s by default) and the condition
+manager's sync (1 s), ``npd_first_check_s`` = 6 s by default.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from sim.model import Cluster, Fleet, SimClock, parse_iso
 from sim.scenario import add_pool
@@ -17,7 +21,7 @@ COND = "UnhealthyNvidiaDevicePlugin"
 
 def managed_node(**timings: float) -> tuple[Fleet, Cluster, str]:
     fleet = Fleet(seed=3, clock=SimClock(manual=True, epoch_sim=1_764_684_000.0),
-                  timings={"node_ready_s": 10, "restart_s": 30, "reimage_s": 60, "npd_first_check_s": 30, **timings})
+                  timings={"node_ready_s": 10, "restart_s": 30, "reimage_s": 60, **timings})
     cluster = fleet.add_cluster(subscription="s", resource_group="rg", name="c")
     with fleet.lock:
         pool = add_pool(cluster, {"name": "gpu", "vmSize": T4, "count": 1,
@@ -26,21 +30,26 @@ def managed_node(**timings: float) -> tuple[Fleet, Cluster, str]:
     return fleet, cluster, cluster.pool_nodes(pool)[0].name
 
 
+def test_npds_first_check_after_a_boot_is_its_boot_run_not_one_interval_later() -> None:
+    fleet, _c, _name = managed_node()
+    assert fleet.timings["npd_first_check_s"] == 6.0  # the rule's default timeout (5 s) + the 1 s sync
+
+
 def test_a_fault_that_survives_a_restart_reads_false_with_a_fresh_transition_until_npds_first_check() -> None:
     fleet, c, name = managed_node()
     with fleet.lock:
         c.set_condition(name, COND, "True", fixed_by="reimage")
         before = parse_iso(c.nodes[name].condition(COND)["lastTransitionTime"])
         c.restart_node(name)
-    fleet.advance(31)  # rebooted and Ready; NPD has started but not checked yet
+    fleet.advance(31)  # rebooted and Ready; NPD has started but its boot run has not reported yet
     node = c.nodes[name]
     cond = node.condition(COND)
     assert node.ready
     assert cond["status"] == "False"
     assert parse_iso(cond["lastTransitionTime"]) > before  # fresh, at NPD's start
-    fleet.advance(28)
+    fleet.advance(4)
     assert node.condition(COND)["status"] == "False"
-    fleet.advance(2)  # NPD's first check: the fault is still there
+    fleet.advance(2)  # NPD's boot run reported: the fault is still there
     cond = node.condition(COND)
     assert cond["status"] == "True"
     assert cond["reason"] == "NvidiaDevicePluginUnhealthy"
@@ -51,22 +60,24 @@ def test_a_fault_the_restart_fixed_stays_false_after_npds_first_check() -> None:
     with fleet.lock:
         c.set_condition(name, COND, "True", fixed_by="restart")
         c.restart_node(name)
-    fleet.advance(31 + 31)
+    fleet.advance(31 + 7)
     assert c.nodes[name].ready
     assert c.nodes[name].condition(COND)["status"] == "False"
 
 
 def test_a_second_reboot_before_the_first_check_restarts_npd_again() -> None:
-    fleet, c, name = managed_node()
+    fleet, c, name = managed_node(npd_first_check_s=20)
     with fleet.lock:
         c.set_condition(name, COND, "True", fixed_by="never")
         c.restart_node(name)
     fleet.advance(31)
     with fleet.lock:
         c.restart_node(name)  # the first boot's NPD check must not fire on the second boot
-    fleet.advance(28)
+    fleet.advance(19)  # the first boot's check would have reported by now (its NPD started 20 s ago)
     assert c.nodes[name].condition(COND)["status"] == "False"
-    fleet.advance(33)  # second boot Ready at +30, its NPD checks 30 s later
+    fleet.advance(19)  # second boot Ready 30 s after the second restart: its NPD has not reported yet
+    assert c.nodes[name].condition(COND)["status"] == "False"
+    fleet.advance(13)  # ... and reports 20 s after it started
     assert c.nodes[name].condition(COND)["status"] == "True"
 
 
@@ -91,12 +102,19 @@ def npd_scenario(first_check_s: float) -> dict[str, object]:
 APP_SETTINGS = {"REMEDIATION_DEFAULT_THRESHOLD_S": "0", "REMEDIATION_STARTUP_GRACE_S": "0"}
 
 
-def test_the_app_does_not_declare_a_fault_that_survived_the_restart_recovered() -> None:
-    """NPD checks 45 s after its start (AKS does not document its GPU plugins' interval): the app must not
-    uncordon the node on the start-up False, and must go on to the reimage that really fixes it."""
+@pytest.mark.parametrize(("first_check_s", "settings"), [
+    (45.0, {}),
+    (6.0, {"REMEDIATION_SETTLE_S": "5"}),
+], ids=["long-rules-default-settle", "npd-default-boot-run-short-settle"])
+def test_the_app_does_not_declare_a_fault_that_survived_the_restart_recovered(
+        first_check_s: float, settings: dict[str, str]) -> None:
+    """NPD's run on boot reports 45 s after its start (rules with a long timeout: AKS does not document its
+    GPU plugins') under the default REMEDIATION_SETTLE_S, or 6 s after it (NPD's default timeout) under a
+    settle window shorter than that: the app must not uncordon the node on the start-up False, and must go
+    on to the reimage that really fixes it."""
     from tests.sim.steward_on_sim import run_remediations, steward_on, sweep_and_admit
 
-    with steward_on(npd_scenario(45.0), **APP_SETTINGS) as (sim, ctx):
+    with steward_on(npd_scenario(first_check_s), **APP_SETTINGS, **settings) as (sim, ctx):
         sim.control("POST", "/advance", {"seconds": 15})
         kube = ctx.access.kube(sim.cluster("npd")["id"])
         name = sorted(n.name for n in kube.list_nodes(label_selector="kubernetes.azure.com/agentpool=gpu"))[0]

@@ -333,3 +333,43 @@ def test_a_second_ecc_storm_on_a_gpu_already_storming_is_no_new_fault() -> None:
 
     evidence = _evidence(scenario=_scenario(flips=[]), actions=[storm(ONSET), storm(ONSET + 139)], turned=[])
     assert [f.what for f in genuine_faults(evidence)] == ["ECC storm (failing memory)"]
+
+
+@pytest.mark.parametrize(("verifying_at", "repairing_after", "kind"), [
+    (ONSET - 30, None, ("handed-over", "not cured by the ladder")),  # struck while the repair was verified
+    (ONSET - 30, ONSET + 10, ("handed-over", "none")),  # a rung acted after it struck: the ladder ran for it
+    (ONSET + 20, None, ("handed-over", "none")),  # struck before verification: the ladder could have cured it
+])
+def test_a_fault_that_struck_while_another_repair_was_verified_explains_its_give_up(
+        verifying_at: float, repairing_after: float | None, kind: tuple[str, str]) -> None:
+    """Seed 952067: a device-plugin repair (ladder: reimage) was being verified when a DCGM-services fault struck
+    the node; the verification failed on it and the remediation gave up. No rung ran after that fault struck,
+    so the ladder never had its chance: explained. Had a rung acted after it, the give-up stays unexplained."""
+    scenario = _scenario(flips=[_flip(fixed_by="restart")], REMEDIATION_LADDER="reimage")
+    history = [{"at": CLOCK_START + ONSET - 60, "state": "repairing", "note": "reimage of vm started"},
+               {"at": CLOCK_START + verifying_at, "state": "verifying", "note": "reimage repaired the node"}]
+    if repairing_after is not None:
+        history.append({"at": CLOCK_START + repairing_after, "state": "repairing", "note": "reimage of vm started"})
+    gave_up = Record(kind="remediation", id="r-n1", state="gave_up", created_at=CLOCK_START + ONSET - 80,
+                     updated_at=CLOCK_START + ONSET + 150, history=history,
+                     data={"cluster": CLUSTER_ID, "node": "n1", "pool": "gpu1", "condition": "UnhealthyNvidiaDCGMServices",
+                           "reason": "every rung failed (last: reimage: did not stay healthy: "
+                                     "UnhealthyNvidiaDevicePlugin is True)"})
+    evidence = _evidence(scenario=scenario, records={"remediation": [gave_up]})
+    assert _kind(evidence) == kind
+
+
+@pytest.mark.parametrize(("state", "kind"), [("blocked", ("handed-over", "drain obstacle")), ("draining", ("lost", "none"))])
+def test_a_fault_on_a_node_a_blocked_migration_holds_cordoned_is_the_operators(state: str, kind: tuple[str, str]) -> None:
+    """Seed 952125: the migration of an unmanaged pool cordoned its nodes to drain them; a fault struck one of
+    them, and the sweep left the node alone (cordoned by someone else). The migration's drain stalled and
+    it was blocked, the node still cordoned: the operator's, for the migration's cause."""
+    scenario = _scenario(REMEDIATION_LADDER="restart,reimage,replace")
+    scenario = dataclasses.replace(scenario, strict_faults=["unready pods under a PDB (AlwaysAllow)"])
+    mig = Record(kind="migration", id="m-1", state=state, created_at=CLOCK_START, updated_at=CLOCK_START + 300,
+                 data={"cluster_name": "soak1", "pool": "gpu1", "cordoned": ["n0", "n1"],
+                       "reason": "drain stalled past MIGRATION_DRAIN_TIMEOUT_S: n0: drain deadline reached with pods "
+                                 "still on the node: web/api-1"})
+    nodes = [_node("n0", cordoned=True), _node("n1", faulty=True, cordoned=True), _node("n2")]
+    evidence = _evidence(scenario=scenario, nodes=nodes, records={"migration": [mig]})
+    assert _kind(evidence) == kind

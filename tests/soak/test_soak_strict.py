@@ -326,9 +326,9 @@ def _one_fault_that_survives_a_restart() -> Any:
 
 
 def test_the_soak_catches_an_app_that_uncordons_on_npds_start_up_false(monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end: with the verification window cut to REMEDIATION_SETTLE_S (the app before issue 10), the
-    restart's NPD start-up False is taken for a repair and the node uncordoned; the fault comes back at
-    NPD's first check and ``uncordon-while-faulty`` says so. With the app as it is, the same run is clean."""
+    """End to end: with no verification window (the start-up False trusted at once), the restart's NPD
+    start-up False is taken for a repair and the node uncordoned; the fault comes back at NPD's boot run
+    (6 s after its start) and ``uncordon-while-faulty`` says so. With the app as it is, the same run is clean."""
     from shared.remediation import steps as remediation
     from soak.report import failure_text
     from soak.runner import run_scenario
@@ -337,6 +337,6 @@ def test_the_soak_catches_an_app_that_uncordons_on_npds_start_up_false(monkeypat
     clean = run_scenario(scenario, wall_budget_s=150.0)
     assert not clean.failed, failure_text(clean)
     assert clean.outcomes["remediation done"] == 1, failure_text(clean)
-    monkeypatch.setattr(remediation, "verify_window_s", lambda policy: float(policy.settle_s))
+    monkeypatch.setattr(remediation, "verify_window_s", lambda policy: 0.0)
     fooled = run_scenario(scenario, wall_budget_s=150.0)
     assert "uncordon-while-faulty" in {v.invariant for v in fooled.violations}, failure_text(fooled)

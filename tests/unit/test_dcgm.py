@@ -215,6 +215,44 @@ def test_a_fault_seen_once_is_not_published_and_one_that_cleared_is_forgotten() 
     assert event["data"]["since"] == iso(first + THRESHOLD - 1 + 60)  # a new first sighting, a new fault
 
 
+def test_a_last_xid_gauge_flipping_between_two_faults_keeps_each_first_sighting_and_comes_due() -> None:
+    """Soak seed 952019: a GPU's last-XID gauge read 48 (an ECC storm) at one sweep and 95 (a forged copy) at
+    the next. Each value was forgotten when the other showed, so neither ever reached its threshold and the
+    storm was never acted on, nor reported. A value is kept while its counter shows another fault, so it
+    comes due when it shows again past its threshold; the window re-check then judges every sample and copy
+    as for any fault (here it holds: the lowest XID over the window is 48 in every sample)."""
+    fleet = DcgmFleet()
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    step = THRESHOLD / 5
+    model.inject_xid(node, 0, 48, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None
+    first = row.data["seen"]["Xid48"]
+    for i in range(1, 7):  # flips at every sweep, until past the threshold
+        model.inject_xid(node, 0, 95 if i % 2 else 48, cluster="c1")
+        fleet.clock.advance(step)
+        sweep.sweep(fleet.ctx())
+        seen = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node)).data["seen"]  # type: ignore[union-attr]
+        assert seen["Xid48"] == first, f"sweep {i}: the first sighting of XID 48 was forgotten"
+    [event] = [e for e in fleet.unhealthy() if e["data"]["condition"] == "Xid48"]
+    assert event["data"]["since"] == iso(first)
+
+
+def test_a_fault_whose_counter_shows_nothing_any_more_is_still_forgotten() -> None:
+    fleet = DcgmFleet()
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    model.inject_xid(node, 0, 48, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    model.inject_xid(node, 0, 95, cluster="c1")
+    fleet.clock.advance(60)
+    sweep.sweep(fleet.ctx())
+    model.reboot(node, cluster="c1")
+    fleet.clock.advance(60)
+    sweep.sweep(fleet.ctx())
+    assert fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node)).data["seen"] == {}  # type: ignore[union-attr]
+
+
 def test_admission_trusts_the_workspace_not_the_event() -> None:
     fleet = DcgmFleet()
     fleet.workspace.model.inject_xid(fleet.nodes[0], 0, 79, cluster="c1")

@@ -773,3 +773,40 @@ def test_a_replacement_node_is_never_claimed_by_two_remediations() -> None:
     assert "target" not in waits.data
     fleet.kube.add(make_node("aks-gpu-new2", created=fleet.clock.now()))
     assert remediation_steps.advance(waits, ctx).data["target"] == "aks-gpu-new2"
+
+
+@pytest.mark.parametrize("flapped", [False, True], ids=["stable-since-found", "flapped-during-the-deletion"])
+def test_a_surge_node_healthy_since_it_was_found_is_trusted_when_the_deletion_ends(flapped: bool) -> None:
+    """Issue 24, time to repair: the surge node was read Ready and healthy before the broken node's deletion
+    (deleteMachines lasts tens of seconds); a whole verification window after the deletion proves nothing its
+    own transition times do not already show. Its stability counts from when it was found, unless it
+    transitioned since, in which case the window runs from that transition."""
+    from shared.remediation.steps import verify_window_s
+
+    policy = RemediationPolicy(ladder=("replace",))
+    fleet = one_broken(policy)
+    window = verify_window_s(policy)
+    original = fleet.aks.begin_delete_machines
+
+    def slow_delete(cluster_id: str, pool: str, machines: Any) -> None:
+        original(cluster_id, pool, machines)
+        if flapped:  # the replacement's NPD condition went True and back False while the broken VM was deleted
+            for name, node in list(fleet.kube.nodes.items()):
+                if name != "aks-gpu-1" and node.created > fleet.clock.now() - 60:
+                    fleet.kube.nodes[name] = with_condition(node, DEVICE_PLUGIN, "False",
+                                                            fleet.clock.now() + window + 25)
+        fleet.clock.advance(window + 30)  # deleteMachines' long-running operation
+
+    fleet.aks.begin_delete_machines = slow_delete  # type: ignore[method-assign]
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [State.DONE]
+    [record] = records(fleet)
+    entered = next(h["at"] for h in record.history if h["state"] == State.VERIFYING)
+    done = record.history[-1]
+    assert record.data["replace"]["found_at"] < entered
+    if flapped:
+        assert done["at"] - entered >= window - 6, "a transition after it was found restarts the window"
+        assert "since the replacement was found healthy" not in done["note"]
+    else:
+        assert done["at"] - entered < window, "the replacement's stable time before the deletion counts"
+        assert "since the replacement was found healthy" in done["note"]

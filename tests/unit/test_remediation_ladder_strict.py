@@ -3,7 +3,8 @@ actions, and rungs that never complete.
 
 - kubernetes/node-problem-detector pkg/custompluginmonitor/custom_plugin_monitor.go: a restarted NPD
   publishes its conditions ``False`` (fresh transition) before its first check; a surviving fault turns
-  ``True`` one invoke_interval later. Verification must outlast that.
+  ``True`` when the run of every rule it makes on boot reports (pkg/custompluginmonitor/plugin/plugin.go
+  ``Run``: the rule's timeout, 5 s by default, plus the 1 s condition sync). Verification must outlast that.
 - Node resource group lockdown (https://learn.microsoft.com/azure/aks/node-resource-group-lockdown):
   VMSS restart/reimage answer 403; a deallocated spot VM answers 409 OperationNotAllowed. Such a rung
   escalates to replace through the AKS API, with the reason recorded.
@@ -69,9 +70,39 @@ def test_a_repair_is_verified_only_after_a_whole_window_past_the_latest_restart_
     assert verdict.state == expected, verdict.why
 
 
-def test_the_verification_window_outlasts_npds_default_first_check_even_with_a_short_settle() -> None:
-    assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=5)) >= 2 * 30
+BACK_AFTER_BOOT = [
+    ("True again after the node was Ready since the action: the boot did not cure it",
+     node_at(ready_at=T0 + 30, cond_at=T0 + 36, status="True"), T0, "UnhealthyNvidiaDevicePlugin True again"),
+    ("True at the same instant as Ready (NPD's boot run beat the first read)",
+     node_at(ready_at=T0 + 30, cond_at=T0 + 30, status="True"), T0, "UnhealthyNvidiaDevicePlugin True again"),
+    ("still True from before the action: no verdict of the boot yet",
+     node_at(ready_at=T0 + 30, cond_at=T0 - 100, status="True"), T0, ""),
+    ("turned True while the node was going down, before it was Ready again",
+     node_at(ready_at=T0 + 30, cond_at=T0 + 10, status="True"), T0, ""),
+    ("the node is not Ready: still booting", node_at(ready_at=T0 + 30, cond_at=T0 + 36, status="True", ready=False),
+     T0, ""),
+    ("Ready since before the action: no boot seen", node_at(ready_at=T0 - 5, cond_at=T0 + 36, status="True"), T0, ""),
+    ("False after the boot: nothing came back", node_at(ready_at=T0 + 30, cond_at=T0 + 36), T0, ""),
+]
+
+
+@pytest.mark.parametrize(("node", "since", "expected"), [v[1:] for v in BACK_AFTER_BOOT],
+                         ids=[v[0] for v in BACK_AFTER_BOOT])
+def test_a_fault_counts_as_back_after_the_boot_only_once_npd_found_it_on_the_node_ready_again(
+        node: NodeView, since: float, expected: str) -> None:
+    back = health.fault_back_after_boot(node, policy=POLICY, since=since)
+    assert back.startswith(expected) if expected else back == ""
+
+
+def test_the_verification_window_outlasts_npds_boot_run_twice_even_with_a_short_settle() -> None:
+    assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=5)) == 2 * (5 + 1)
     assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=600)) == 600
+
+
+def test_the_verification_window_is_no_longer_than_npds_boot_run_asks_for_when_settle_is_short() -> None:
+    """Not one invoke_interval (30 s) twice: NPD checks on boot, so a surviving fault is back within
+    the rule's timeout and a sync; a longer wait only keeps a repaired node out of service."""
+    assert remediation_steps.verify_window_s(RemediationPolicy(settle_s=0)) < 30
 
 
 # --------------------------------------------------------------------------- NPD after a reboot
@@ -80,7 +111,7 @@ class NpdAfterReboot:
     """A restart that reboots the node; NPD publishes its GPU conditions False at start-up and, when the
     fault survived, True again at its first check ``first_check_s`` later. A reimage truly heals."""
 
-    def __init__(self, fleet: Fleet, *, first_check_s: float = 30.0) -> None:
+    def __init__(self, fleet: Fleet, *, first_check_s: float = 6.0) -> None:
         self.fleet = fleet
         self.first_check_s = first_check_s
         self.checks: dict[str, float] = {}
@@ -119,11 +150,32 @@ class NpdAfterReboot:
         self.fleet.heal(name, policy=self.fleet.policy)
 
 
-@pytest.mark.parametrize("first_check_s", [30.0, 55.0], ids=["npd-default-30s", "a-slower-plugin-55s"])
-def test_a_fault_that_survives_the_restart_is_not_declared_recovered_on_npds_start_up_false(
-        first_check_s: float) -> None:
+@pytest.mark.parametrize("settle_s", [120, 0], ids=["default-settle", "no-settle"])
+def test_a_fault_back_at_npds_boot_run_fails_the_restart_at_once_not_at_its_timeout(settle_s: int) -> None:
+    """NPD re-checks on boot: the fault is True again seconds after the node is Ready, before the app ever
+    reads a False. The restart has failed; waiting out its 900 s timeout would only keep the node down."""
+    policy = RemediationPolicy(settle_s=settle_s)
+    fleet = one_broken(policy)
+    npd = NpdAfterReboot(fleet, first_check_s=6.0)
+    fleet.compute = npd  # type: ignore[assignment]
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    assert run_until_settled(fleet) == [State.DONE]
+    assert [w[0] for w in npd.writes] == ["restart", "reimage"]
+    history = remediation_record(fleet).history
+    started = next(h["at"] for h in history if h["note"].startswith("restart of "))
+    failed = next(h for h in history if h["note"].startswith("restart failed"))
+    assert "the fault survived the restart: UnhealthyNvidiaDevicePlugin True again" in failed["note"]
+    assert failed["at"] - started <= 6.0 + 2 * policy.poll_s < policy.rung_timeout("restart")
+    types = [t for t in fleet.events.types() if t.endswith(("Restarted", "Reimaged", "Replaced", "Recovered"))]
+    assert types == [EV + "Reimaged", EV + "Recovered"], "the restart was not taken as the cure"
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable  # uncordoned once, after the reimage held
+
+
+def test_a_fault_that_survives_the_restart_is_not_declared_recovered_on_npds_start_up_false() -> None:
+    """A plugin whose rules run long (55 s): the app reads NPD's start-up False first, and the default
+    settle window (120 s) outlasts the rule's verdict."""
     fleet = one_broken()
-    npd = NpdAfterReboot(fleet, first_check_s=first_check_s)
+    npd = NpdAfterReboot(fleet, first_check_s=55.0)
     fleet.compute = npd  # type: ignore[assignment]
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
     assert run_until_settled(fleet) == [State.DONE]
