@@ -115,6 +115,17 @@ def run_retention(ctx: Context | None = None) -> RetentionReport:
     return retention.sweep(context, policy=context.settings.retention)
 
 
+def run_nudge(hint: str, *, ctx: Context | None = None) -> Any:
+    """A message on the nudge queue: a sweep asked for when a pending finding crosses its threshold
+    (shared.remediation.due_sweep), or else a wake-up of the reconciler. Either way only a hint: what runs
+    looks at everything afresh."""
+    from shared.remediation.due_sweep import SWEEP_HINT
+
+    if hint.startswith(SWEEP_HINT):
+        return run_health_sweep(ctx)
+    return run_reconcile(reason="nudge", hint=hint, ctx=ctx)
+
+
 def run_health_sweep(ctx: Context | None = None) -> Any:
     """Sweep the GPU nodes of every cluster in scope and publish unhealthy findings."""
     from shared.kernel import telemetry

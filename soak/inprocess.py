@@ -59,6 +59,9 @@ class Host:
     ledger: CrashingLedger
     next_sweep: float
     next_planner: float
+    #: Sweeps the app asked for when a pending finding crosses its threshold (shared.remediation.due_sweep: a
+    #: delayed message on the nudge queue, which this host's queue trigger takes when it shows).
+    due_sweeps: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -229,10 +232,13 @@ class InProcessRun:
 
         now = self.clock.now()
         try:
-            if now >= host.next_sweep:
-                host.next_sweep = now + SWEEP_EVERY_S
+            asked = [t for t in host.due_sweeps if t <= now]
+            if now >= host.next_sweep or asked:
+                if now >= host.next_sweep:
+                    host.next_sweep = now + SWEEP_EVERY_S
+                host.due_sweeps = [t for t in host.due_sweeps if t > now]
                 self.log.sweeps += 1
-                self._guard("health sweep", lambda: self._swept(entrypoints.run_health_sweep(ctx=host.ctx)))
+                self._guard("health sweep", lambda: self._swept(entrypoints.run_health_sweep(ctx=host.ctx), host))
             started = time.monotonic()
             try:
                 self._deliveries(host, feed)
@@ -249,8 +255,10 @@ class InProcessRun:
             self._close(host)
             self.restarts.append((self.clock.now() + self.rng.uniform(0, 90), slot))
 
-    def _swept(self, report: Any) -> None:
+    def _swept(self, report: Any, host: Host) -> None:
         self.last_sweep = report
+        if getattr(report, "due_sweep", None):
+            host.due_sweeps.append(float(report.due_sweep))
 
     def _waiting_faults(self) -> int:
         """Faults the latest sweep found that a refusal that passes holds back (a budget, a cooldown): the app's
@@ -387,7 +395,7 @@ class InProcessRun:
                 wake = [now + MAX_STEP_S]
                 for h in self.hosts:
                     if h is not None:
-                        wake += [h.next_sweep] + ([h.next_planner] if self.migrating else [])
+                        wake += [h.next_sweep, *h.due_sweeps] + ([h.next_planner] if self.migrating else [])
                 wake += [when for when, _ in self.restarts]
                 due = self.actions.next_due()
                 if due is not None:

@@ -24,7 +24,7 @@ from shared.fleet import scope
 from shared.kernel.errors import StewardError
 from shared.kernel.ports import NodeView
 from shared.kernel.timefmt import iso
-from shared.remediation import breaker, breaker_evidence, dcgm, decisions, gpu_capacity, health, pending_faults
+from shared.remediation import breaker, breaker_evidence, dcgm, decisions, due_sweep, gpu_capacity, health, pending_faults
 from shared.remediation.notify import metric
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import NODE_KIND, UNHEALTHY_EVENT, NodeData, decode, fault_id, node_key, subject
@@ -63,6 +63,7 @@ class SweepReport:
     suppressed: int = 0  # already handled by a remediation
     errors: list[str] = field(default_factory=list)
     next_check: float | None = None
+    due_sweep: int | None = None  # the epoch second a sweep was asked for (shared.remediation.due_sweep)
     breaker: str = ""
     faults: list[Fault] = field(default_factory=list)
     skipped_faults: list[decisions.SkippedFault] = field(default_factory=list)  # recorded as decision rows
@@ -76,7 +77,8 @@ class SweepReport:
         return {"clusters": self.clusters, "nodes": self.nodes, "healthy": self.healthy, "unhealthy": self.unhealthy,
                 "pending": self.pending, "unknown": self.unknown, "skipped": dict(self.skipped),
                 "published": self.published, "suppressed": self.suppressed, "errors": list(self.errors),
-                "next_check": self.next_check, "breaker": self.breaker, "decisions": dict(self.decisions),
+                "next_check": self.next_check, "due_sweep": self.due_sweep, "breaker": self.breaker,
+                "decisions": dict(self.decisions),
                 "pending_faults": dict(self.pending_faults),
                 "dcgm": dict(self.dcgm),
                 "gpu_capacity": dict(self.gpu_capacity), "breaker_evidence": dict(self.breaker_evidence)}
@@ -271,6 +273,7 @@ def sweep(ctx: Context) -> SweepReport:
     if report.skipped_faults:
         recorded = decisions.record_skips(ctx, report.skipped_faults, now=now)
         report.decisions = {k: v for k, v in vars(recorded).items() if v}
+    report.due_sweep = due_sweep.ask(ctx, report.next_check, now=now)
     log.info("sweep: %s", report.summary())
     return report
 
