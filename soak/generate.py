@@ -355,8 +355,13 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
     if signal_layer is not None:  # a genuine DCGM fault is acted on only once its window re-check confirms it
         from soak.signals import DCGM_CONFIRM_S, GENUINE_DCGM
 
-        dcgm_last = max([a["at"] for a in actions if a["kind"] in GENUINE_DCGM], default=0.0)
-        quiet_after = max(quiet_after, dcgm_last + DCGM_CONFIRM_S + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60)
+        dcgm = [a["at"] for a in actions if a["kind"] in GENUINE_DCGM]
+        dcgm_last = max(dcgm, default=0.0)
+        # The workspace down hides a fault drawn before it came back: its first sighting is after the outage.
+        back = max([a["at"] for a in actions if a["kind"] == "dcgm-outage" and not a.get("down") and dcgm
+                    and a["at"] > min(dcgm)], default=0.0)
+        quiet_after = max(quiet_after, max(dcgm_last, back) + DCGM_CONFIRM_S
+                          + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60)
     sim = {
         "seed": seed,
         "clock": {"manual": not process_mode, "start": CLOCK_START, **({"speed": 10.0} if process_mode else {})},
