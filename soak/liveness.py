@@ -309,7 +309,10 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
                    if (_cluster_name(str(r.data.get("cluster", ""))), str(r.data.get("node", ""))) == key
                    and r.updated_at >= fault.at), key=lambda r: (r.created_at, r.id))
     if rems:
-        last = rems[-1]
+        # The remediation of this very condition speaks for it, when there is one: a later one for another
+        # condition on the node (released because that one cleared) says nothing of this fault (seed 953189).
+        own = [r for r in rems if str(r.data.get("condition") or "") == fault.what]
+        last = (own or rems)[-1]
         why = reason(last)
         if last.state == "done":
             again = any(o is not fault and (o.cluster, o.node, o.what) == (fault.cluster, fault.node, fault.what)

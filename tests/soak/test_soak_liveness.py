@@ -373,3 +373,16 @@ def test_a_fault_on_a_node_a_blocked_migration_holds_cordoned_is_the_operators(s
     nodes = [_node("n0", cordoned=True), _node("n1", faulty=True, cordoned=True), _node("n2")]
     evidence = _evidence(scenario=scenario, nodes=nodes, records={"migration": [mig]})
     assert _kind(evidence) == kind
+
+
+def test_a_fault_is_judged_by_the_remediation_of_its_own_condition_not_a_later_one_of_another() -> None:
+    """Seed 953189: the device-plugin fault was repaired (done); a later DCGM-services fault on the same node
+    was admitted and released because it cleared. The later release says nothing of the first fault."""
+    repaired = _rem("done", condition=DEVICE_PLUGIN)
+    later = Record(kind="remediation", id="r-n1-2", state="released", created_at=CLOCK_START + ONSET + 300,
+                   updated_at=CLOCK_START + ONSET + 320,
+                   data={"cluster": CLUSTER_ID, "node": "n1", "pool": "gpu1", "condition": "UnhealthyNvidiaDCGMServices",
+                         "reason": "re-read before the reimage: UnhealthyNvidiaDCGMServices is False; released"})
+    healthy = [_node("n0"), _node("n1"), _node("n2")]
+    evidence = _evidence(nodes=healthy, records={"remediation": [repaired, later]})
+    assert _kind(evidence) == ("repaired", "")
