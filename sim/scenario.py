@@ -508,18 +508,28 @@ def _schedule_flip(fleet: Fleet, flip: dict[str, Any], where: str, t0: float) ->
 
 
 def _schedule_flapping(fleet: Fleet, flap: dict[str, Any], where: str, t0: float) -> None:
-    """A condition that goes True and False every ``period_s``, ``flips`` times from ``start``."""
+    """A condition that goes True and False every ``period_s``, ``flips`` times from ``start``.
+
+    The flapping is one node's (a device that comes and goes): ``node_index`` is resolved at the first flip
+    and every later flip lands on that node, or nowhere once it has left. Resolved afresh at each flip, a
+    replacement in the pool meanwhile moved the flapping to another node, leaving one True for good (soak
+    seed 954044): a persistent fault nobody drew.
+    """
     cluster, _ = _flip_target(fleet, flap, where)
     _check_flip(flap, where)
     start, period, flips = float(flap.get("start", 0)), float(flap.get("period_s", 30)), int(flap.get("flips", 6))
     if period <= 0:
         raise ScenarioError(f"{where}.period_s must be positive")
+    target: list[str | None] = []  # the node, once the first flip resolved it
+
     for i in range(flips):
         status = "True" if i % 2 == 0 else "False"
 
         def fire(status: str = status) -> None:
-            node = _resolve_node(cluster, flap)
-            if node:
+            if not target:
+                target.append(_resolve_node(cluster, flap))
+            node = target[0]
+            if node and node in cluster.nodes:
                 cluster.set_condition(node, str(flap["type"]), status, fixed_by=str(flap.get("fixed_by", "never")))
 
         fleet.at(t0 + start + i * period, fire)

@@ -372,11 +372,13 @@ def check_false_positives(evidence: Evidence) -> list[Violation]:
     out = []
     configured = set(str(evidence.scenario.profile.get("REMEDIATION_CONDITIONS",
                                                        "UnhealthyNvidiaDevicePlugin,UnhealthyNvidiaDCGMServices")).split(","))
-    flapped = set()
+    flapped: dict[tuple[str, str, str], tuple[float, float]] = {}
     for flap in evidence.scenario.flapping:
         names = evidence.initial_nodes.get(f"{flap['cluster']}/{flap['pool']}", [])
         if 0 <= int(flap["node_index"]) < len(names):
-            flapped.add((flap["cluster"], names[int(flap["node_index"])], flap["type"]))
+            begin = evidence.start + float(flap["start"])
+            flapped[(flap["cluster"], names[int(flap["node_index"])], flap["type"])] = (
+                begin, begin + float(flap["period_s"]) * int(flap["flips"]))
     for rec in evidence.records.get("remediation", []):
         cond = str(rec.data.get("condition", ""))
         key = (_cluster_name(str(rec.data.get("cluster", ""))), str(rec.data.get("node", "")), cond)
@@ -384,9 +386,23 @@ def check_false_positives(evidence: Evidence) -> list[Violation]:
         # (soak/signal_invariants.py judges those).
         if cond and cond not in configured and str(rec.data.get("signal") or "npd") == "npd":
             out.append(Violation("no-false-positive", f"remediation {rec.id} for {cond}, which is not configured"))
-        if key in flapped:
+        window = flapped.get(key)
+        since = _since(rec)
+        # The flapping's own episode, not a genuine flip that struck the same node after it (seed 954044: after
+        # two replacements a flip's node_index named the node that had flapped three minutes before).
+        if window is not None and (since is None or window[0] - 1.0 <= since <= window[1] + 1.0):
             out.append(Violation("no-false-positive", f"remediation {rec.id} for a flapping {cond} on {key[1]}"))
     return out
+
+
+def _since(rec: Any) -> float | None:
+    """When the condition a remediation acted on turned True (its ``since``), or None when unreadable."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(rec.data.get("since") or "").replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def check_app_errors(evidence: Evidence) -> list[Violation]:

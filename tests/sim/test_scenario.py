@@ -149,6 +149,28 @@ def test_condition_flips_happen_at_their_time_and_flapping_alternates() -> None:
     assert node.repair_plan == {"GPUMissing": "replace"}
 
 
+def test_a_flapping_condition_stays_on_its_node_when_the_pool_changes_under_it() -> None:
+    """Soak seed 954044: a replacement in the pool while a condition flapped moved its later flips to another
+    node (``node_index`` resolved at each flip), which was left True for good. The flapping is one node's."""
+    sc = manual("drain")
+    sc["subscriptions"][0]["clusters"][0]["pools"].append(
+        {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "count": 3,
+         "gpuProfile": {"nvidia": {"managementMode": "Managed"}}})
+    sc["flapping"] = [{"cluster": "drill", "pool": "gpu", "node_index": 1, "type": "UnhealthyNvidiaDevicePlugin",
+                       "start": 10, "period_s": 10, "flips": 4}]
+    fleet = build_fleet(sc)
+    cluster = fleet.cluster_by_name("drill")
+    assert cluster is not None
+    first, flapping, third = (n.name for n in cluster.pool_nodes("gpu"))
+    fleet.advance(11)  # the first flip: True on the pool's second node
+    with fleet.lock:
+        cluster.remove_machines(cluster.pools["gpu"], [first])  # the pool's first node leaves
+    fleet.advance(40)  # the other three flips
+    assert [n.name for n in cluster.pool_nodes("gpu")][:2] == [flapping, third]
+    assert cluster.nodes[flapping].condition("UnhealthyNvidiaDevicePlugin")["status"] == "False"
+    assert cluster.nodes[third].condition("UnhealthyNvidiaDevicePlugin")["status"] == "False"
+
+
 def test_the_generator_makes_a_fleet_of_the_requested_size() -> None:
     sc = large_fleet(clusters=3, nodes_per_cluster=40, pools_per_cluster=4, seed=1, unhealthy_fraction=0.1)
     assert sc == large_fleet(clusters=3, nodes_per_cluster=40, pools_per_cluster=4, seed=1, unhealthy_fraction=0.1)

@@ -260,3 +260,20 @@ def test_check_all_runs_the_signal_invariants() -> None:
     outage = [{"kind": "dcgm-outage", "down": True, "t": CLOCK_START + 100, "ok": True}]
     found = check_all(_evidence(actions=outage, published=[_unhealthy("n1", CLOCK_START + 150)]))
     assert "prometheus-outage" in {v.invariant for v in found}
+
+
+def test_a_remediation_on_a_node_that_flapped_is_false_only_for_the_flapping_episode() -> None:
+    """Seed 954044: a condition flapped on a node (never a fault); three minutes later a genuine flip, its
+    node_index resolved after two replacements, struck that same node and was repaired. That repair is no
+    false positive; one whose condition turned True while the node flapped is."""
+    import dataclasses
+
+    scenario = generate(3, short=True)
+    flap = {"start": 100.0, "cluster": "soak1", "pool": "gpu1", "node_index": 1, "type": "UnhealthyNvidiaDevicePlugin",
+            "period_s": 8.0, "flips": 8}
+    scenario = dataclasses.replace(scenario, flapping=[flap])
+    nodes = {"soak1/gpu1": ["n0", "n1", "n2"]}
+    during = _rem("r-1", "done", condition="UnhealthyNvidiaDevicePlugin", since=iso(CLOCK_START + 148))
+    after = _rem("r-2", "done", condition="UnhealthyNvidiaDevicePlugin", since=iso(CLOCK_START + 367))
+    found = check_false_positives(_evidence(scenario=scenario, initial_nodes=nodes, records={"remediation": [during, after]}))
+    assert [v.detail.split(" ")[1] for v in found] == ["r-1"]
