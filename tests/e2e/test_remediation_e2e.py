@@ -552,8 +552,11 @@ def crash_drill(crashes: Fleet) -> CrashDrill:
         ("inside the cordon", {"target": "kube", "method": "PATCH", "path": r"/api/v1/nodes/aks-gpu-"}, "/api/v1/nodes/{}"),
         ("inside the drain (an eviction)", {"target": "kube", "method": "POST", "path": r"/eviction$"}, "/eviction"),
         ("inside the restart", {"target": "arm", "method": "POST", "path": r"/restart$"}, "/restart"),
-        ("between steps (waiting for the restart)", phase("repairing", "wait"), ""),
         ("inside the surge", {"target": "arm", "method": "PUT", "path": r"/agentPools/gpu$"}, "/agentPools/{}"),
+        # The surge node takes pool_scale_s + node_ready_s (40 s) to be Ready: a rest long enough to be caught.
+        # (The restart's wait no longer is: node-problem-detector's run on boot shows the fault 6 s after the
+        # node is back, and a host started after the kill inside the restart may find it already failed.)
+        ("between steps (waiting for the surge node)", phase("repairing", "surge_wait"), ""),
         ("inside deleteMachines", {"target": "arm", "method": "POST", "path": r"/deleteMachines$"}, "/deleteMachines"),
     ]
     host = stack.hosts[0]
