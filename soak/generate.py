@@ -358,8 +358,9 @@ def generate(seed: int, *, short: bool = False, process_mode: bool = False, stri
         dcgm = [a["at"] for a in actions if a["kind"] in GENUINE_DCGM]
         dcgm_last = max(dcgm, default=0.0)
         # The workspace down hides a fault drawn before it came back: its first sighting is after the outage.
-        back = max([a["at"] for a in actions if a["kind"] == "dcgm-outage" and not a.get("down") and dcgm
-                    and a["at"] > min(dcgm)], default=0.0)
+        first = min(dcgm, default=float("inf"))
+        back = max([a["at"] for a in actions if a["kind"] == "dcgm-outage" and not a.get("down") and a["at"] > first],
+                   default=0.0)
         quiet_after = max(quiet_after, max(dcgm_last, back) + DCGM_CONFIRM_S
                           + float(profile["REMEDIATION_DEFAULT_THRESHOLD_S"]) + 60)
     sim = {

@@ -424,7 +424,7 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
             # ... unless the same counter shows another fault now: a GPU's last-XID gauge that flips between
             # two faulty values (copies that alternate, one forged: soak seed 952019) still shows a fault, and
             # forgetting each value at every flip would restart its threshold for ever; kept, the value comes
-            # due when it shows again and the window re-check judges the copies (``contested``).
+            # due when it shows again, and the window re-check judges every sample and copy as for any fault.
             seen[key] = first
     for o in observed:
         handling = attempts.handling(ctx, cluster_id, node, fault_id(cluster_id, node, o.key, data.seen[o.key])) \
