@@ -81,6 +81,12 @@ class Sampler:
         before = self._last.get(key)
         self._last[key] = (unschedulable, unhealthy)
         if before is None:
+            if self.samples > 1 and unhealthy:
+                # A node that joined since the last sample already showing a condition True (a flip struck it
+                # while it booted: sim/scenario.py resolves node_index among the pool's nodes then) turned
+                # it True in between too (seed 955084: the node made for a replace, the give-up naming it).
+                self.turned_true.append({"t": now, "prev_t": self._last_t, "cluster": key[0], "node": key[1],
+                                         "conditions": sorted(unhealthy)})
             return
         if before[0] and not unschedulable:
             self.uncordons.append({"t": now, "prev_t": self._last_t, "cluster": key[0], "node": key[1],

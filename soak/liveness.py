@@ -256,7 +256,8 @@ def _explained(text: str, causes: Iterable[Cause]) -> str:
 def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) -> bool:
     """Whether giving up on ``fault`` after remediation ``rec`` is explained by the scenario: the node is in an
     unmanaged pool (no GPU stack to verify); a flapping condition struck its pool while it worked; or this
-    fault, or another on the same node (or on its replacement) while the remediation worked, is one the
+    fault, or another on the same node (or on its replacement, or the node that came for it unhealthy: the
+    record's ``replace.newcomer``, seed 955084) while the remediation worked, is one the
     ladder does not cure (drawn ``never`` or beyond its strongest rung), or has no drawn cure (a Resource
     Health, DCGM or NAP fault: the simulator decides), or struck while the repair was being verified; or this
     fault struck during the verification, after the ladder's last action (:func:`_after_the_last_rung`)."""
@@ -277,7 +278,8 @@ def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) 
     if _after_the_last_rung(rec, fault):
         return True
     rep = rec.data.get("replace") if isinstance(rec.data.get("replace"), Mapping) else {}
-    nodes = {fault.node, str(rec.data.get("target") or ""), str((rep or {}).get("replacement") or "")} - {""}
+    nodes = {fault.node, str(rec.data.get("target") or ""), str((rep or {}).get("replacement") or ""),
+             str((rep or {}).get("newcomer") or "")} - {""}  # newcomer: the node that came up not healthy
     for other in faults:
         if other.cluster != fault.cluster or other.node not in nodes:
             continue

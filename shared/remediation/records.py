@@ -129,6 +129,7 @@ class ReplaceData(msgspec.Struct, kw_only=True):
     nodeclaim: str = ""
     gone_at: float | None = None
     found_at: float | None = None  # when the replacement was first read healthy (and claimed)
+    newcomer: str = ""  # the node that came for the broken one but was not healthy when the rung gave up
 
 
 class Escalation(msgspec.Struct, kw_only=True, rename={"from_": "from"}):

@@ -40,7 +40,15 @@ from shared.kernel.ports import KubePort, NodeView, PoolInfo, Record
 from shared.kernel.steps import Transition, move, stay
 from shared.kernel.timefmt import iso
 from shared.remediation import health, preconditions
-from shared.remediation.ladder import admitted_vm, block, end, escalation_extra, next_rung, refuse_untrusted
+from shared.remediation.ladder import (
+    admitted_vm,
+    block,
+    end,
+    escalation_extra,
+    give_up_now,
+    next_rung,
+    refuse_untrusted,
+)
 from shared.remediation.notify import announce, announcement, kube_event
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
@@ -146,6 +154,60 @@ def replacement(ctx: Context, record: Record, kube: KubePort, *, since: float, p
     return None
 
 
+def newcomer(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
+             now: float) -> tuple[NodeView, str] | None:
+    """The node AKS made for this replace that is not a healthy replacement, and why; None when there is none.
+
+    A node of the pool created after the rung started, not claimed by another remediation, not healthy
+    (:func:`health.is_recovered` says why). It is the VM this replace asked for (one replace per pool at a
+    time), come up with a fault of its own or still coming up.
+    """
+    d = load(record)
+    selector = d.pool_selector or f"{POOL_LABEL}={d.pool}"
+    for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
+        if n.name == d.node or n.created < since - 1.0 or n.deletion_timestamp is not None:
+            continue
+        recovered, why = health.is_recovered(n, policy=policy)
+        if recovered:
+            continue  # a healthy one is :func:`replacement`'s (claimed there, or another remediation's)
+        prior = ctx.ledger.get(DEDUPE_KIND, claim_key(d.cluster, n.name, n.uid))
+        if prior is not None and prior.data.get("remediation") != record.id:
+            continue  # another remediation's replacement
+        return n, why
+    return None
+
+
+def faulty_on_its_own(node: NodeView, *, policy: RemediationPolicy, now: float) -> str:
+    """The fault the sweep itself would act on for ``node`` (a configured condition ``True`` past its
+    threshold, the node past its start-up grace, Ready, nobody else's cordon); empty when none (pure)."""
+    found = health.evaluate([node], now=now, policy=policy).unhealthy
+    return f"{found[0].condition} True since {iso(found[0].since)}" if found else ""
+
+
+def no_healthy_replacement(record: Record, ctx: Context, kube: KubePort, *, now: float,
+                           came: tuple[NodeView, str] | None, why: str, rep: ReplaceData) -> Transition:
+    """Give up after the broken machine was deleted and the pool's count restored, with no healthy node for it.
+
+    The ladder is over (the node is gone: no rung can follow), and the record says which node came instead
+    and why it is not a replacement (``replace.newcomer``), so that an operator, and the soak's oracle, can
+    tell a replacement that came up with a fault of its own from capacity that never came. That node's fault
+    is its own: the sweep judges it like any node's once this remediation has freed its budget slot.
+    """
+    d = load(record)
+    if came is not None:
+        node = came[0]
+        rep = msgspec.structs.replace(rep, newcomer=node.name)
+        note = (f"replace: {d.node} is deleted and pool {d.pool} is back to {rep.original_count}, but the node that came "
+                f"for it, {node.name}, is not healthy ({why}): every rung failed; {node.name}'s fault is its "
+                f"own and is judged like any node's")
+        kube_event(kube, node.name, record, "StewardReplacementUnhealthy", note, "Warning")
+    else:
+        note = (f"replace: {d.node} is deleted and pool {d.pool} is back to {rep.original_count}, but no new node came "
+                f"({why}): every rung failed; the pool is one GPU node short")
+    record = msgspec.structs.replace(record, data={**record.data, **fields(replace=rep)})
+    return give_up_now(record, ctx, kube, now=now, note=note)
+
+
 def replaced(record: Record, ctx: Context, kube: KubePort, *, now: float, target: str, rep: ReplaceData) -> Transition:
     d = load(record)
     note = f"{d.node} replaced by {target}" + (f"; {rep.note}" if rep.note else "")
@@ -174,6 +236,11 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
     if pool is None:
         return next_rung(record, ctx, kube, now=now, why=f"pool {d.pool} not found")
     if phase != RungPhase.START and now >= started + policy.rung_timeout("replace"):
+        if phase == RungPhase.AWAIT_REPLACEMENT:  # the machine is gone: no rung can follow
+            came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
+            after = f"after {policy.rung_timeout('replace')}s"
+            return no_healthy_replacement(record, ctx, kube, now=now, came=came, rep=rep,
+                                          why=f"{came[1]} {after}" if came is not None else f"not within {after}")
         return next_rung(record, ctx, kube, now=now,
                          why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase {phase}; "
                              f"pool count {pool.count}, was {rep.original_count}; last: {d.last_note[:200]})")
@@ -226,7 +293,9 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
             note = f"the surge ended {pool.provisioning_state}: falling back to delete-then-scale"
             kube_event(kube, d.node, record, "StewardSurgeFallback", note, "Warning")
             return go(RungPhase.DELETE, note, mode=ReplaceMode.DELETE_FIRST)
-        return waiting("waiting for the surge node")
+        came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
+        return waiting("waiting for the surge node"
+                       + (f" ({came[0].name} came up: {came[1]})" if came is not None else ""))
     if phase == RungPhase.DELETE:
         return _delete(record, ctx, kube, d=d, policy=policy, now=now, go=go)
     if phase == RungPhase.DELETE_WAIT:
@@ -268,7 +337,15 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         if new is not None:
             return replaced(record, ctx, kube, now=now, target=new.name,
                             rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
-        return waiting("waiting for the replacement node")
+        came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
+        fault = faulty_on_its_own(came[0], policy=policy, now=now) if came is not None else ""
+        if came is not None and fault:
+            # It came up with a fault the sweep itself acts on: the rung failed, known now, not at its
+            # timeout. Waiting would hold this remediation's budget slot, which that node's own repair needs
+            # (soak seed 955084: its fault refused ``budget-fleet`` until this one gave up at the timeout).
+            return no_healthy_replacement(record, ctx, kube, now=now, came=came, rep=rep, why=fault)
+        return waiting("waiting for the replacement node"
+                       + (f" ({came[0].name} came up: {came[1]})" if came is not None else ""))
     raise Invalid(f"unknown replace phase {phase!r}")
 
 

@@ -155,3 +155,25 @@ def test_the_auditor_clears_the_scenarios_faults_before_reading_the_fleet() -> N
     sim = _RecordingSim()
     gather_evidence(generate(420), sim=sim, records={}, sampler=Sampler(), app_errors=[], now=0.0)
     assert sim.calls[0] == "DELETE /faults"
+
+
+def test_the_auditor_counts_a_condition_a_node_already_shows_when_it_first_joins_as_turned_true() -> None:
+    """Seed 955084: a flip struck the node AKS had just made for a replace, before the auditor's next sample; the
+    first sample that saw the node saw the condition True. That is a condition turned True in between (the
+    liveness oracle attributes the flip to that node); a node of the very first sample is the scenario's start."""
+    from soak.audit import Sampler
+
+    def state(now: float, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"clock": {"now": now}, "clusters": [{"name": "soak1", "nodes": nodes,
+                                                       "pools": [{"name": "gpu1", "nodes": [n["name"] for n in nodes]}]}]}
+
+    def node(name: str, *unhealthy: str) -> dict[str, Any]:
+        return {"name": name, "pool": "gpu1", "ready": True, "unschedulable": False, "unhealthy": list(unhealthy)}
+
+    sampler = Sampler()
+    sampler.sample(state(10.0, [node("n0", "UnhealthyNvidiaDevicePlugin")]))
+    sampler.sample(state(20.0, [node("n0", "UnhealthyNvidiaDevicePlugin"), node("n3", "UnhealthyNvidiaDCGMServices")]))
+    sampler.sample(state(30.0, [node("n0", "UnhealthyNvidiaDevicePlugin"), node("n3", "UnhealthyNvidiaDCGMServices"),
+                                node("n4")]))
+    assert sampler.turned_true == [{"t": 20.0, "prev_t": 10.0, "cluster": "soak1", "node": "n3",
+                                    "conditions": ["UnhealthyNvidiaDCGMServices"]}]

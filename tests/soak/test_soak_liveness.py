@@ -202,6 +202,25 @@ def test_giving_up_on_a_fault_the_ladder_cures_fails_unless_another_fault_explai
     assert [o.cause for o in outcomes(evidence)] == ["not cured by the ladder"] * 2
 
 
+def test_giving_up_because_the_node_made_for_the_broken_one_has_a_fault_of_its_own_is_explained_by_that_fault() -> None:
+    """Seed 955084: the broken node was deleted and the pool's count restored; the node AKS made for it came up
+    with an injected fault of its own, so the rung gave up naming it (``replace.newcomer``). Without that
+    fault, the same give-up is unexplained."""
+    scenario = _scenario(flips=[_flip(fixed_by="restart"), _flip(2, at=ONSET + 90)])
+    gave_up = _rem("gave_up", replace={"mode": "delete-first", "newcomer": "n3"},
+                   reason="replace: n1 is deleted and pool gpu1 is back to 3, but the node that came for it, n3, is "
+                          "not healthy (UnhealthyNvidiaDevicePlugin True): every rung failed")
+    pools = {("soak1", n): "gpu1" for n in [*NODES, "n3"]}
+    nodes = [_node("n0"), _node("n2"), _node("n3", faulty=True)]
+    evidence = _evidence(scenario=scenario, records={"remediation": [gave_up]}, node_pools=pools, nodes=nodes,
+                         turned=[_turned(), _turned("n3", at=ONSET + 90)])
+    judged = {o.fault.node: o for o in outcomes(evidence)}
+    assert (judged["n1"].kind, judged["n1"].cause) == ("handed-over", "not cured by the ladder")
+    alone = _evidence(scenario=_scenario(flips=[_flip(fixed_by="restart")]), records={"remediation": [gave_up]},
+                      node_pools=pools, nodes=nodes)
+    assert _kind(alone) == ("handed-over", "none")
+
+
 def test_a_flip_after_a_replacement_is_judged_on_the_node_it_struck() -> None:
     """The simulator resolves node_index among the pool's nodes when the flip fires: after a replacement the
     index names the new node, which is where the auditor saw the condition turn True."""

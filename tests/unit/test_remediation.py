@@ -114,6 +114,60 @@ def test_a_surge_without_quota_falls_back_to_delete_then_scale_and_says_so() -> 
     assert "falling back" in str(records(fleet)[0].history)
 
 
+def test_a_replacement_that_comes_up_with_a_fault_of_its_own_ends_the_rung_as_soon_as_the_sweep_would_judge_it() -> None:
+    """Soak seed 955084: after delete-then-scale the node AKS made came up with a fault of its own. Waiting for
+    it to turn healthy held this remediation's budget slot, which that node's own repair needed, until the
+    rung's timeout. The rung gives up once the sweep would act on the new node, names it, and frees the slot."""
+    from shared.remediation.records import BUDGET_ID, BUDGET_KIND
+
+    policy = RemediationPolicy(ladder=("replace",))
+    fleet = one_broken(policy)
+    fleet.limit_surge(0)  # no quota for a surge: delete, then restore the count
+    fleet.new_nodes_broken = True
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [State.GAVE_UP]
+    [rec] = records(fleet)
+    newcomer = rec.data["replace"]["newcomer"]
+    assert newcomer.startswith("aks-gpu-new") and "aks-gpu-1" not in fleet.kube.nodes and fleet.count("gpu") == 5
+    created, ended = fleet.kube.nodes[newcomer].created, rec.data["finished_at"]
+    # broken since it was created: past its start-up grace and the condition's threshold, as the sweep judges
+    assert ended >= created + max(policy.startup_grace_s, policy.threshold_for(DEVICE_PLUGIN)), "judged as the sweep would"
+    assert ended < rec.data["rung_started_at"] + policy.rung_timeout("replace"), "not held to the rung's timeout"
+    note = rec.history[-1]["note"]
+    assert f"{newcomer}, is not healthy (UnhealthyNvidiaDevicePlugin True since" in note
+    assert "stays cordoned" not in note, "the broken node is gone"
+    assert not fleet.kube.nodes[newcomer].unschedulable, "the new node is not this remediation's to touch"
+    assert any(e["reason"] == "StewardReplacementUnhealthy" for e in fleet.kube.events)
+    budget = fleet.ledger.get(BUDGET_KIND, BUDGET_ID)
+    assert budget is None or not budget.data.get("slots"), "the budget slot is free for the new node's own repair"
+    assert fleet.handle(unhealthy_event(newcomer, fleet=fleet)).startswith("admitted")
+
+
+def test_a_replacement_still_coming_up_is_waited_for_and_named_when_the_rung_times_out() -> None:
+    """A new node not Ready yet is not a fault of its own (NotReady is AKS's, and it may still be booting): the
+    rung waits, saying so, and at its timeout gives up naming that node and why, not "the node stays cordoned"
+    (the broken node is gone)."""
+    policy = RemediationPolicy(ladder=("replace",), rung_timeouts_s={"replace": 600})
+    fleet = one_broken(policy)
+    fleet.limit_surge(0)
+    original = fleet._grow
+
+    def grow_not_ready(cluster_id: str, pool: str, props: Any) -> None:
+        original(cluster_id, pool, props)
+        newest = max(fleet.kube.nodes.values(), key=lambda n: n.created)
+        fleet.kube.set_condition(newest.name, "Ready", "False")
+
+    fleet.aks.grow = grow_not_ready
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [State.GAVE_UP]
+    [rec] = records(fleet)
+    newcomer = rec.data["replace"]["newcomer"]
+    assert any(f"({newcomer} came up: node is not Ready)" in h.get("note", "") for h in rec.history)
+    assert rec.data["finished_at"] >= rec.data["rung_started_at"] + 600
+    note = rec.history[-1]["note"]
+    assert f"{newcomer}, is not healthy (node is not Ready after 600s)" in note and "stays cordoned" not in note
+
+
 def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
