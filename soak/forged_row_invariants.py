@@ -14,7 +14,8 @@ oracles, the node objects, the published events and the ledger, never from the a
     row, whose id is among the attempts of the node's ``remediation-node`` row or in an ``Admitted`` event
     (admission created it; a crash can lose the attempt's note, never the event published before the record),
     that announced its own cordon (``Steward.Remediation.Cordoned``, published once this record's marker
-    is on the node; or the marker itself on the node at the end), and no pod left that node other than
+    is on the node; the marker itself on the node at the end; or the marker on the cordoned node when the
+    simulator restarted or reimaged its VM, its ``repairs`` oracle), and no pod left that node other than
     through the Eviction API (no workload pod deleted, none lost with the node).
 26. ``forged-row-outcome``: every forged remediation row ended ``blocked`` (with a reason), or
     ``released``/``done`` having touched nothing: no Cordoned, Drained, Restarted, Reimaged or Replaced event
@@ -175,6 +176,10 @@ def check_disruptions_have_a_genuine_remediation(evidence: Evidence) -> list[Vio
                if e.get("type") == "Steward.Remediation.Cordoned"}
     cordons |= {str(((n.get("metadata") or {}).get("annotations") or {}).get(CORDON_FOR))
                 for nodes in evidence.nodes.values() for n in nodes}
+    # Or its marker on the cordoned node when the simulator restarted or reimaged the VM (the event lost and
+    # the marker lifted by the repair's own uncordon: seed 956017).
+    cordons |= {str((r.get("annotations") or {}).get(CORDON_FOR)) for r in evidence.oracles.get("repairs") or []
+                if r.get("unschedulable")}
     out = []
     for node, what in sorted(disrupted.items()):
         genuine = [r for r in evidence.records.get("remediation", [])

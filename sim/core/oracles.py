@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sim.kube.objects import is_workload_pod, parse_quantity
@@ -154,8 +155,14 @@ class Oracles:
         self.nodes_removed.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node.name,
                                    "pool": node.pool, "cause": cause})
 
-    def record_repair(self, cluster: Cluster, node: str, rung: str) -> None:
-        self.repairs.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node, "rung": rung})
+    def record_repair(self, cluster: Cluster, node: str, rung: str, *, unschedulable: bool = False,
+                      annotations: Mapping[str, str] | None = None) -> None:
+        """A VM restart or reimage of ``node``, with what its Node object showed when the VM went down (its
+        ``spec.unschedulable`` and annotations: whose cordon it was under, a fact no published event or
+        later state can lose; soak seed 956017: the Cordoned event lost to Event Grid 503s, the marker
+        lifted by the repair's uncordon)."""
+        self.repairs.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node, "rung": rung,
+                             "unschedulable": unschedulable, "annotations": dict(annotations or {})})
 
     def _set_gpu(self, cluster: str, key: tuple[str, str], value: tuple[int, int]) -> None:
         old = self._node_gpu.get(key, (0, 0))

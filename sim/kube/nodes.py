@@ -165,7 +165,8 @@ class Nodes:
             boot = node.boot
             gpu_faults.on_repair(self, node, rung, duration)  # self is the Cluster this mixin is part of
             self.fleet.after(duration, lambda: self._npd_start(name, boot))
-            self.fleet.oracles.record_repair(self, name, rung)
+            self.fleet.oracles.record_repair(self, name, rung, unschedulable=bool(node.obj["spec"].get("unschedulable")),
+                                             annotations=node.meta.get("annotations") or {})
 
     def _npd_start(self, name: str, boot: int) -> None:
         """node-problem-detector starts with the boot: every custom-plugin condition is published

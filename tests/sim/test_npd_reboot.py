@@ -140,3 +140,19 @@ def test_the_app_does_not_declare_a_fault_that_survived_the_restart_recovered(
 
 def sim_repaired_by_reimage(sim: object) -> bool:
     return any(r["rung"] == "reimage" for r in sim.oracles()["repairs"])  # type: ignore[attr-defined]
+
+
+def test_the_repair_oracle_keeps_what_the_node_showed_when_its_vm_went_down() -> None:
+    """Soak seed 956017: whose cordon a restarted node was under is a fact of the moment the VM went down; the
+    published events can lose it (Event Grid 503s) and the repair's uncordon lifts the marker afterwards."""
+    fleet, c, name = managed_node()
+    with fleet.lock:
+        node = c.nodes[name]
+        node.obj["spec"]["unschedulable"] = True
+        node.meta.setdefault("annotations", {})["example.com/cordoned-for"] = "r-1"
+        c.restart_node(name)
+        node.obj["spec"]["unschedulable"] = False
+        node.meta["annotations"].pop("example.com/cordoned-for")
+    [repair] = [r for r in fleet.oracles.report()["repairs"] if r["node"] == name]
+    assert repair["rung"] == "restart" and repair["unschedulable"] is True
+    assert repair["annotations"]["example.com/cordoned-for"] == "r-1"

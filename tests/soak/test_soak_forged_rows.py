@@ -182,6 +182,15 @@ def test_every_disrupted_node_needs_a_genuine_remediation_that_cordoned_it_and_e
     assert "no remediation that admission created" in forged  # a forged row is no genuine remediation
     [uncordoned] = found(records=admitted)
     assert "announced a cordon of its own" in uncordoned
+    # seed 956017: the Cordoned event lost to Event Grid, the marker lifted by the repair's uncordon; the simulator
+    # saw the node cordoned under this record's marker when it restarted the VM
+    under = {"cluster": "soak1", "node": "n2", "rung": "restart", "t": T, "unschedulable": True,
+             "annotations": {"gpu-fleet-steward/cordoned-for": GENUINE}}
+    assert [v.detail for v in check_disruptions_have_a_genuine_remediation(
+        _evidence(oracles={"repairs": [under]}, records=admitted))] == []
+    [not_cordoned] = [v.detail for v in check_disruptions_have_a_genuine_remediation(
+        _evidence(oracles={"repairs": [{**under, "unschedulable": False}]}, records=admitted))]
+    assert "announced a cordon of its own" in not_cordoned
     killed = {**repaired, "pods_killed_without_eviction": [{"cluster": "soak1", "node": "n2", "pod": "p",
                                                              "cause": "delete"}]}
     [bare] = [v.detail for v in check_disruptions_have_a_genuine_remediation(
