@@ -71,10 +71,17 @@ def present(ctx: Context, d: RemediationData, node: NodeView, *, same_instance: 
     return False, f"unknown signal {signal!r}: nothing to re-read, so nothing is done"
 
 
-def justifies_next_rung(ctx: Context, d: RemediationData, node: NodeView, *,
-                        policy: RemediationPolicy) -> tuple[bool | None, str]:
+def justifies_next_rung(ctx: Context, d: RemediationData, node: NodeView, *, policy: RemediationPolicy,
+                        now: float, window_s: float) -> tuple[bool | None, str]:
     """Before a later rung's action: the fault still shows, or the node is unhealthy now (what the
-    previous rung's failed verification saw, re-read from the API server)."""
+    previous rung's failed verification saw, re-read from the API server).
+
+    "Healthy" is held to the verification's rule (:func:`health.verify_repair`): a node that turned Ready,
+    or whose conditions transitioned, less than ``window_s`` ago is no proof yet, because node-problem-
+    detector publishes every condition ``False`` when it starts after a boot and a fault that survived the
+    boot is ``True`` again only at its first check. Taking that start-up ``False`` for "cleared" released a
+    node whose fault was still there (a fresh-clone e2e run under load: the hopeless node released before
+    its reimage). Too fresh to tell is None: the step waits and reads again, within the rung's timeout."""
     shows, why = present(ctx, d, node)
     if shows:
         return True, why
@@ -83,4 +90,7 @@ def justifies_next_rung(ctx: Context, d: RemediationData, node: NodeView, *,
         return True, f"{why}; but the node is still unhealthy ({health_why})"
     if shows is None:
         return None, why
+    verdict = health.verify_repair(node, policy=policy, since=0.0, now=now, window_s=window_s)
+    if verdict.state == health.CONFIRMING:
+        return None, f"{why}, and the node looks healthy, but {verdict.why}"
     return False, f"{why}, and the node is healthy ({health_why})"

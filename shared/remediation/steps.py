@@ -308,7 +308,8 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
             if not held:
                 return stay(record, now=now, until=now + max(60, policy.poll_s), note=f"waiting to {rung}: {why_not}")
             shows, why = (fault_source.present(ctx, d, current) if d.rung_index == 0
-                          else fault_source.justifies_next_rung(ctx, d, current, policy=policy))
+                          else fault_source.justifies_next_rung(ctx, d, current, policy=policy, now=now,
+                                                                window_s=verify_window_s(policy)))
             if shows is False:
                 return cleared(record, ctx, kube, why=why, now=now, what=f"the {rung}")
             if shows is None:

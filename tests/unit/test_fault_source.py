@@ -15,6 +15,7 @@ from shared.remediation import admission, fault_source
 from shared.remediation import steps as remediation_steps
 from shared.remediation.policy import DEVICE_PLUGIN, RemediationPolicy
 from shared.remediation.records import KIND, RemediationData, State, load
+from shared.remediation.steps import verify_window_s
 from tests.unit.fakes_remediation import Fleet, make_node, make_pod, unhealthy_event
 from tests.unit.test_dcgm import THRESHOLD, DcgmFleet
 
@@ -95,7 +96,8 @@ def test_a_later_rung_goes_on_while_the_node_is_unhealthy_even_if_the_source_res
                       and r.data.get("rung_phase") == "start")
     d = load(rec)
     node = fleet.kube.nodes[NODE]
-    shows, why = fault_source.justifies_next_rung(fleet.ctx(), d, node, policy=fleet.policy)
+    shows, why = fault_source.justifies_next_rung(fleet.ctx(), d, node, policy=fleet.policy, now=fleet.clock.now(),
+                                                  window_s=verify_window_s(fleet.policy))
     assert shows is True, why
 
 

@@ -168,6 +168,45 @@ def test_a_replacement_still_coming_up_is_waited_for_and_named_when_the_rung_tim
     assert f"{newcomer}, is not healthy (node is not Ready after 600s)" in note and "stays cordoned" not in note
 
 
+@pytest.mark.parametrize("npd_check", ["finds the fault again", "never reports it"])
+def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_check: str) -> None:
+    """A fresh-clone e2e run under load: between a failed restart and the reimage, the node booted again, and
+    the re-read before the reimage met node-problem-detector's start-up ``False`` (every condition published
+    False when NPD starts, the fault True again at its first check) and released the node, fault and all.
+    Healthy is held to the verification's rule: until the node has looked healthy for a whole window since its
+    last transition, the rung waits and reads again."""
+    from shared.remediation.steps import verify_window_s
+
+    policy = RemediationPolicy(ladder=("restart", "reimage"), rung_timeouts_s={"restart": 60, "reimage": 900})
+    fleet = one_broken(policy)
+    fleet.compute.outcomes.update({"restart": "fails", "reimage": "heals"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    [rec] = records(fleet)
+    for _ in range(100):  # until the ladder reaches the reimage, before its action
+        if rec.data.get("rung_index") == 1:
+            break
+        fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert (rec.state, rec.data["rung_phase"]) == (State.REPAIRING, "start")
+    booted = fleet.clock.now()  # the node just booted again: Ready and NPD's start-up False, both fresh
+    fleet.kube.set_condition("aks-gpu-1", "Ready", "True", at=booted)
+    fleet.kube.set_condition("aks-gpu-1", DEVICE_PLUGIN, "False", at=booted)
+    fleet.clock.advance(1)
+    rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert rec.state == State.REPAIRING and "waiting to re-read the fault before the reimage" in rec.data["last_note"]
+    assert [w[0] for w in fleet.compute.writes] == ["restart"], "no reimage on a start-up False"
+    if npd_check == "finds the fault again":
+        fleet.kube.set_condition("aks-gpu-1", DEVICE_PLUGIN, "True", at=booted + 6)
+        fleet.clock.advance(policy.poll_s)
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+        assert rec.state == State.REPAIRING and [w[0] for w in fleet.compute.writes] == ["restart", "reimage"]
+    else:
+        fleet.clock.advance(verify_window_s(policy))
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+        assert rec.state == State.RELEASED, "healthy for a whole window: the fault did clear"
+
+
 def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
