@@ -124,10 +124,25 @@ def before_vm_action(ctx: Context, kube: KubePort, record: Record, d: Remediatio
 
 
 def was_admitted(ctx: Context, record: Record, d: RemediationData) -> bool:
-    """Whether admission recorded this row as an attempt on its node (the per-node row)."""
+    """Whether admission recorded this row: as an attempt on its node (the per-node row), or as a budget slot
+    for this node of this cluster.
+
+    Admission takes the slot before it creates the record, and notes the attempt after it (best effort): a
+    host that dies in between leaves a genuine record with its slot and no note, which the next admission on
+    the node repairs. When no admission follows (the fault cleared by itself), the slot is the mark admission
+    left (soak seed 957010: such a record was blocked ``NotAdmitted`` instead of released). Only a slot taken
+    at the record's creation is admission's: :func:`reserve` takes one later for a row that has none (its
+    ``at`` is that step's time). Both are admission's own rows, in the same table, and neither is more than
+    that: a row with neither is not ours.
+    """
     rec = ctx.ledger.get(NODE_KIND, node_key(d.cluster, d.node))
     nd = decode(rec.data, NodeData) if rec is not None else None
-    return nd is not None and any(a.id == record.id for a in nd.attempts)
+    if nd is not None and any(a.id == record.id for a in nd.attempts):
+        return True
+    budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
+    slot = decode(budget_rec.data, BudgetData).slots.get(record.id) if budget_rec is not None else None
+    return (slot is not None and slot.node == d.node and slot.cluster.lower() == d.cluster.lower()
+            and abs(slot.at - record.created_at) < 1.0)
 
 
 def _live(ctx: Context, slots: dict[str, Slot], now: float) -> dict[str, Slot]:

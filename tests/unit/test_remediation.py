@@ -207,6 +207,35 @@ def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_
         assert rec.state == State.RELEASED, "healthy for a whole window: the fault did clear"
 
 
+@pytest.mark.parametrize(("slot", "ends"), [("admission's", State.RELEASED), ("none", State.BLOCKED),
+                                             ("taken later", State.BLOCKED)],
+                         ids=["its-budget-slot-shows-admission", "no-mark-of-admission-at-all",
+                              "a-slot-a-later-step-took-is-not-admission's"])
+def test_a_record_whose_attempt_note_a_crash_lost_is_known_by_its_budget_slot(slot: str, ends: State) -> None:
+    """Soak seed 957010: admission takes the budget slot, creates the record, then notes the attempt on the node's
+    row; a host that died in between left a genuine record without the note. Its fault cleared by itself before
+    the cordon, and the record was blocked as a row no admission made. The slot is admission's mark too."""
+    from shared.remediation.preconditions import NOT_ADMITTED
+    from shared.remediation.records import BUDGET_ID, BUDGET_KIND, NODE_KIND, node_key
+
+    fleet = one_broken()
+    assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
+    [rec] = records(fleet)
+    fleet.ledger.delete(fleet.ledger.get(NODE_KIND, node_key(rec.data["cluster"], "aks-gpu-1")))  # the note, lost
+    budget = fleet.ledger.get(BUDGET_KIND, BUDGET_ID)
+    if slot == "none":
+        fleet.ledger.save(msgspec.structs.replace(budget, data={**budget.data, "slots": {}}))
+    elif slot == "taken later":  # preconditions.reserve takes one for a row that has none, at its own step
+        later = {rid: {**s, "at": s["at"] + 120} for rid, s in budget.data["slots"].items()}
+        fleet.ledger.save(msgspec.structs.replace(budget, data={**budget.data, "slots": later}))
+    fleet.kube.set_condition("aks-gpu-1", DEVICE_PLUGIN, "False")  # the fault cleared before the cordon
+    after = remediation_steps.advance(rec, fleet.ctx())
+    assert after.state == ends
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable and fleet.compute.writes == []
+    if ends == State.BLOCKED:
+        assert after.data["refusal"]["code"] == NOT_ADMITTED
+
+
 def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
