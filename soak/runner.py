@@ -234,6 +234,13 @@ def run_scenario(scenario: SoakScenario, *, azurite: Any = None, use_table: bool
                     where += f" [{rec.data.get('signal')} {rec.data.get('policy_row', '')}]"
                     result.outcomes[f"  from a {rec.data.get('signal')} signal: {rec.state}"] += 1
                 result.notes.append(f"{kind} {rec.id} {rec.state}{where}: {_why(rec)}")
+                if rec.state in ("gave_up", "blocked", "rolled_back"):
+                    # a hand-over is judged by its reason; its story makes a failure readable from the log alone
+                    for h in (rec.history or [])[-12:]:
+                        result.notes.append(f"    t+{float(h.get('at') or 0.0) - evidence.start:.0f}s {h.get('state')}: "
+                                            f"{str(h.get('note') or '')[:200]}")
+                    if rec.data.get("_last_error"):
+                        result.notes.append(f"    last step error: {str(rec.data['_last_error'])[:300]}")
                 if kind == "remediation":
                     result.outcomes.update(f"  {path}" for path in _paths(rec))
         for rec in own.records.get("dedupe", []):  # what fleetctl why explains (soak.invariants check_explained)

@@ -251,6 +251,23 @@ class PoolInfo(msgspec.Struct, frozen=True):
         return self.provisioning_state in ENDED_UNDONE
 
     @property
+    def provisioning_error(self) -> tuple[str, str]:
+        """Azure's error for a Failed pool, ``(code, message)``, from wherever this api-version puts it
+        (``status.provisioningError``, AgentPoolStatus in Azure/azure-rest-api-specs .../managedClusters.json;
+        older shapes too). The code is the most specific one its ``details[]`` name
+        (shared.kernel.arm_codes.error_of_detail): Compute's ``QuotaExceeded`` inside AKS's
+        ``InvalidTemplateDeployment``, not the wrapper."""
+        from shared.kernel.arm_codes import error_of_detail
+
+        props = self.properties
+        for candidate in ((props.get("status") or {}).get("provisioningError"), props.get("provisioningError"),
+                          props.get("error")):
+            if isinstance(candidate, Mapping) and candidate.get("code"):
+                specific = error_of_detail(candidate)
+                return str(getattr(specific, "code", None) or candidate["code"]), str(candidate.get("message") or "")
+        return "ProvisioningFailed", f"pool {self.name} provisioningState is {self.provisioning_state}"
+
+    @property
     def management_mode(self) -> str:
         gp = self.properties.get("gpuProfile") or {}
         return str(((gp.get("nvidia") or {}).get("managementMode")) or "Unmanaged")

@@ -32,7 +32,6 @@ import msgspec
 from shared.fleet import gpu_sizes, scope
 from shared.fleet.features import MANAGED_GPU_FEATURE, feature_registration_help
 from shared.fleet.stack import evaluate_stack
-from shared.kernel.arm_codes import error_of_detail
 from shared.kernel.errors import Conflict, FeatureNotRegistered, Forbidden, Invalid, LinkedAuthorizationFailed, NotFound
 from shared.kernel.ports import KubePort, NodeView, PoolInfo, Record
 from shared.kernel.steps import Transition, move, stay
@@ -279,18 +278,8 @@ def _write_karpenter(kube: KubePort, obj: Mapping[str, Any], current: Mapping[st
 
 
 def provisioning_error(pool: PoolInfo) -> tuple[str, str]:
-    """Azure's error for a Failed pool, from wherever this api-version puts it.
-
-    The code is the most specific one its ``details[]`` name (shared.kernel.arm_codes.error_of_detail): Compute's
-    ``QuotaExceeded`` inside AKS's ``InvalidTemplateDeployment``, not the wrapper.
-    """
-    props = pool.properties
-    for candidate in ((props.get("status") or {}).get("provisioningError"), props.get("provisioningError"),
-                      props.get("error")):
-        if isinstance(candidate, Mapping) and candidate.get("code"):
-            specific = error_of_detail(candidate)
-            return str(getattr(specific, "code", None) or candidate["code"]), str(candidate.get("message") or "")
-    return "ProvisioningFailed", f"pool {pool.name} provisioningState is {pool.provisioning_state}"
+    """Azure's error for a Failed pool (:attr:`PoolInfo.provisioning_error`)."""
+    return pool.provisioning_error
 
 
 def step_creating(record: Record, ctx: Context, *, now: float, policy: PoolRequestPolicy) -> Transition:

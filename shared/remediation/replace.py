@@ -184,7 +184,7 @@ def faulty_on_its_own(node: NodeView, *, policy: RemediationPolicy, now: float) 
     return f"{found[0].condition} True since {iso(found[0].since)}" if found else ""
 
 
-def no_healthy_replacement(record: Record, ctx: Context, kube: KubePort, *, now: float,
+def no_healthy_replacement(record: Record, ctx: Context, kube: KubePort, *, now: float, count: int,
                            came: tuple[NodeView, str] | None, why: str, rep: ReplaceData) -> Transition:
     """Give up after the broken machine was deleted and the pool's count restored, with no healthy node for it.
 
@@ -197,12 +197,12 @@ def no_healthy_replacement(record: Record, ctx: Context, kube: KubePort, *, now:
     if came is not None:
         node = came[0]
         rep = msgspec.structs.replace(rep, newcomer=node.name)
-        note = (f"replace: {d.node} is deleted and pool {d.pool} is back to {rep.original_count}, but the node that came "
-                f"for it, {node.name}, is not healthy ({why}): every rung failed; {node.name}'s fault is its "
+        note = (f"replace: {d.node} is deleted and pool {d.pool} is at {count} (was {rep.original_count}), but the node "
+                f"that came for it, {node.name}, is not healthy ({why}): every rung failed; {node.name}'s fault is its "
                 f"own and is judged like any node's")
         kube_event(kube, node.name, record, "StewardReplacementUnhealthy", note, "Warning")
     else:
-        note = (f"replace: {d.node} is deleted and pool {d.pool} is back to {rep.original_count}, but no new node came "
+        note = (f"replace: {d.node} is deleted and pool {d.pool} is at {count} (was {rep.original_count}), but no new node came "
                 f"({why}): every rung failed; the pool is one GPU node short")
     record = msgspec.structs.replace(record, data={**record.data, **fields(replace=rep)})
     return give_up_now(record, ctx, kube, now=now, note=note)
@@ -236,14 +236,21 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
     if pool is None:
         return next_rung(record, ctx, kube, now=now, why=f"pool {d.pool} not found")
     if phase != RungPhase.START and now >= started + policy.rung_timeout("replace"):
+        timeout = policy.rung_timeout("replace")
+        # A pool whose last operation failed says why (a scale a locked node resource group or a quota
+        # refused: soak seeds 958002, 958013), so the operator reads Azure's reason, not only "not finished".
+        failed = (f"; pool {d.pool} is {pool.provisioning_state}: {': '.join(pool.provisioning_error)}"
+                  if pool.operation_ended_undone else "")
+        if record.data.get("_last_error"):  # the reconciler's note of the last step that raised
+            failed += f"; last step error: {str(record.data['_last_error'])[:200]}"
         if phase == RungPhase.AWAIT_REPLACEMENT:  # the machine is gone: no rung can follow
             came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
-            after = f"after {policy.rung_timeout('replace')}s"
-            return no_healthy_replacement(record, ctx, kube, now=now, came=came, rep=rep,
-                                          why=f"{came[1]} {after}" if came is not None else f"not within {after}")
+            return no_healthy_replacement(record, ctx, kube, now=now, count=pool.count, came=came, rep=rep,
+                                          why=(f"{came[1]} after {timeout}s" if came is not None
+                                               else f"not within {timeout}s") + failed)
         return next_rung(record, ctx, kube, now=now,
-                         why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase {phase}; "
-                             f"pool count {pool.count}, was {rep.original_count}; last: {d.last_note[:200]})")
+                         why=f"replacement not finished within {timeout}s (phase {phase}; "
+                             f"pool count {pool.count}, was {rep.original_count}; last: {d.last_note[:200]}){failed}")
 
     def go(next_phase: RungPhase, note: str, wait: bool = False, **changes: Any) -> Transition:
         return move(record, State.REPAIRING, now=now, note=note, next_at=now + policy.poll_s if wait else now,
@@ -343,7 +350,13 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
             # It came up with a fault the sweep itself acts on: the rung failed, known now, not at its
             # timeout. Waiting would hold this remediation's budget slot, which that node's own repair needs
             # (soak seed 955084: its fault refused ``budget-fleet`` until this one gave up at the timeout).
-            return no_healthy_replacement(record, ctx, kube, now=now, came=came, rep=rep, why=fault)
+            return no_healthy_replacement(record, ctx, kube, now=now, count=pool.count, came=came, rep=rep, why=fault)
+        if (came is None and pool.count < original and pool.provisioning_state == "Succeeded"
+                and not rep.autoscaled):
+            # The count is below the rung's start and the pool is idle with its last operation done: the
+            # scale-back did not hold (the count dropped after it was read, or the PUT never took). Restoring
+            # it is SCALE_BACK's own idempotent PUT; waiting would only run the rung into its timeout.
+            return go(RungPhase.SCALE_BACK, f"pool {d.pool} is at {pool.count}, below {original}: restoring it")
         return waiting("waiting for the replacement node"
                        + (f" ({came[0].name} came up: {came[1]})" if came is not None else ""))
     raise Invalid(f"unknown replace phase {phase!r}")

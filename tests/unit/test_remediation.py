@@ -236,6 +236,31 @@ def test_a_record_whose_attempt_note_a_crash_lost_is_known_by_its_budget_slot(sl
         assert after.data["refusal"]["code"] == NOT_ADMITTED
 
 
+def test_a_scale_back_that_did_not_hold_is_sent_again_rather_than_waited_out() -> None:
+    """Soak seeds 958002, 958013: after delete-then-scale the pool stayed one node short and the rung waited for a
+    replacement that could not come until its timeout. Waiting for the replacement, the rung looks at the count:
+    below the rung's start with the pool idle, it restores it again (SCALE_BACK's own PUT)."""
+    policy = RemediationPolicy(ladder=("replace",))
+    fleet = one_broken(policy)
+    fleet.limit_surge(0)  # delete, then restore the count
+    original = fleet.aks.begin_put_pool
+    lost: list[int] = []
+
+    def first_restore_lost(cluster_id: str, pool: str, body: Any, **kw: Any) -> None:
+        if body["properties"]["count"] == 5 and not lost:
+            lost.append(1)  # accepted, and then nothing happened
+            return
+        original(cluster_id, pool, body, **kw)
+
+    fleet.aks.begin_put_pool = first_restore_lost  # type: ignore[method-assign]
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    assert run_until_settled(fleet) == [State.DONE]
+    [rec] = records(fleet)
+    assert lost and fleet.count("gpu") == 5 and rec.data["target"].startswith("aks-gpu-new")
+    assert any("below 5: restoring it" in h.get("note", "") for h in rec.history)
+    assert rec.data["finished_at"] < rec.data["rung_started_at"] + policy.rung_timeout("replace") / 10
+
+
 def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
