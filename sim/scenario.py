@@ -503,6 +503,7 @@ def _schedule_flip(fleet: Fleet, flip: dict[str, Any], where: str, t0: float) ->
         if node:
             cluster.set_condition(node, str(flip["type"]), str(flip.get("status", "True")),
                                   fixed_by=str(flip.get("fixed_by", "restart")))
+            fleet.oracles.record_flip(cluster, node, flip)
 
     fleet.at(t0 + at, fire)
 

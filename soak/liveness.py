@@ -212,6 +212,9 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
 def _flipped_node(evidence: Evidence, flip: Mapping[str, Any], claimed: set[tuple[str, str, str, float]]) -> str | None:
     """The node a condition flip turned True, as the auditor saw it (None: it changed nothing).
 
+    The simulator records the node each flip struck (its ``flips`` oracle): that node, when the auditor saw
+    the condition turn True on it then. Without that record (older evidence), a guess:
+
     The simulator resolves ``node_index`` among the pool's nodes when the flip fires (sim/scenario.py
     ``_resolve_node``), so after a replacement the index may name another node than at the start. The
     sampler compares each driver step's conditions with the step before (soak.audit ``turned_true``): the
@@ -220,6 +223,15 @@ def _flipped_node(evidence: Evidence, flip: Mapping[str, Any], claimed: set[tupl
     """
     at = evidence.start + float(flip["at"])
     cluster, pool, condition = str(flip["cluster"]), str(flip["pool"]), str(flip["type"])
+    fired = [f for f in evidence.oracles.get("flips") or []
+             if (f.get("cluster"), f.get("pool"), f.get("type"), f.get("node_index")) ==
+             (cluster, pool, condition, flip.get("node_index")) and f.get("at") == flip.get("at")]
+    if fired:  # the simulator's own record of the node it struck (seed 959008)
+        node = str(fired[0]["node"])
+        turned = any(str(t["node"]) == node and t["cluster"] == cluster and condition in t["conditions"]
+                     and float(t["prev_t"]) <= at + 1.0 and float(t["t"]) >= at - 1.0
+                     for t in evidence.turned_true)
+        return node if turned and (cluster, node, condition, float(flip["at"])) not in claimed else None
     candidates = sorted({str(t["node"]) for t in evidence.turned_true
                          if t["cluster"] == cluster and condition in t["conditions"]
                          and float(t["prev_t"]) <= at + 1.0 and float(t["t"]) >= at - 1.0

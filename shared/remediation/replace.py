@@ -244,6 +244,13 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         if record.data.get("_last_error"):  # the reconciler's note of the last step that raised
             failed += f"; last step error: {str(record.data['_last_error'])[:200]}"
         if phase == RungPhase.AWAIT_REPLACEMENT:  # the machine is gone: no rung can follow
+            new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
+            if new is not None:
+                # Found late (the step ran long after its poll: a lost nudge, a crash) is found all the same:
+                # the timeout bounds the waiting, it does not discard a replacement that came in time (soak
+                # seed 959002: a healthy replacement for 70 s, and the rung gave up on "no new node").
+                return replaced(record, ctx, kube, now=now, target=new.name,
+                                rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
             came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
             return no_healthy_replacement(record, ctx, kube, now=now, count=pool.count, came=came, rep=rep,
                                           why=(f"{came[1]} after {timeout}s" if came is not None

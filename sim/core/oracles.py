@@ -70,6 +70,7 @@ class Oracles:
         self.workload_pods_lost: list[dict[str, Any]] = []
         self.nodes_removed: list[dict[str, Any]] = []
         self.repairs: list[dict[str, Any]] = []
+        self.flips: list[dict[str, Any]] = []
         self.gpu_capacity: dict[str, list[dict[str, Any]]] = {}
         self._gpu_now: dict[str, list[int]] = {}
         self._node_gpu: dict[tuple[str, str], tuple[int, int]] = {}
@@ -155,6 +156,14 @@ class Oracles:
         self.nodes_removed.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node.name,
                                    "pool": node.pool, "cause": cause})
 
+    def record_flip(self, cluster: Cluster, node: str, flip: Mapping[str, Any]) -> None:
+        """A scenario's condition flip as it fired: the node its ``node_index`` resolved to among the pool's
+        nodes at that moment (after a replacement the index names another node than at the start; soak seed
+        959008: two flips at once, each put down to the wrong node by a guess from the start's order)."""
+        self.flips.append({"t": self.fleet.now(), "cluster": cluster.name, "pool": str(flip.get("pool", "")),
+                           "node_index": flip.get("node_index"), "type": str(flip.get("type", "")),
+                           "status": str(flip.get("status", "True")), "at": flip.get("at"), "node": node})
+
     def record_repair(self, cluster: Cluster, node: str, rung: str, *, unschedulable: bool = False,
                       annotations: Mapping[str, str] | None = None) -> None:
         """A VM restart or reimage of ``node``, with what its Node object showed when the VM went down (its
@@ -208,6 +217,7 @@ class Oracles:
                 "termination_causes": dict(sorted(causes.items())),
                 "nodes_removed": list(self.nodes_removed),
                 "repairs": list(self.repairs),
+                "flips": list(self.flips),
                 "gpu_capacity": {k: list(v) for k, v in sorted(self.gpu_capacity.items())},
                 "gpu_capacity_now": {k: {"allocatable": v[0], "schedulable": v[1]}
                                      for k, v in sorted(self._gpu_now.items())},

@@ -156,3 +156,19 @@ def test_the_repair_oracle_keeps_what_the_node_showed_when_its_vm_went_down() ->
     [repair] = [r for r in fleet.oracles.report()["repairs"] if r["node"] == name]
     assert repair["rung"] == "restart" and repair["unschedulable"] is True
     assert repair["annotations"]["example.com/cordoned-for"] == "r-1"
+
+
+def test_the_flip_oracle_names_the_node_a_scenario_flip_struck_among_the_pools_nodes_then() -> None:
+    """The liveness oracle puts each flip down to the node it struck (soak seed 959008); ``node_index`` is resolved
+    among the pool's nodes when it fires."""
+    from sim.scenario import _schedule_flip
+
+    fleet, c, name = managed_node()
+    flip = {"cluster": "c", "pool": "gpu", "node_index": 0, "type": COND, "status": "True", "fixed_by": "restart",
+            "at": 5}
+    with fleet.lock:
+        _schedule_flip(fleet, flip, "flips[0]", fleet.now())
+    fleet.advance(6)
+    [fired] = fleet.oracles.report()["flips"]
+    assert (fired["node"], fired["type"], fired["node_index"], fired["at"]) == (name, COND, 0, 5)
+    assert c.nodes[name].condition(COND)["status"] == "True"

@@ -230,6 +230,23 @@ def test_a_flip_after_a_replacement_is_judged_on_the_node_it_struck() -> None:
     assert fault.node == "n3"
 
 
+def test_a_flip_is_put_down_to_the_node_the_simulator_says_it_struck() -> None:
+    """Seed 959008: after a replacement shifted the pool's order, two flips fired at once; the guess from the start's
+    order gave each the other's node. The simulator's ``flips`` oracle names the node each one struck."""
+    scenario = _scenario(flips=[_flip(1), _flip(2, fixed_by="never")])
+    turned = [_turned("n1"), _turned("n2")]
+    guessed = _evidence(scenario=scenario, turned=turned)
+    assert {(f.node, f.cure) for f in genuine_faults(guessed)} == {("n1", "restart"), ("n2", "never")}
+    struck = {"flips": [{"cluster": "soak1", "pool": "gpu1", "type": DEVICE_PLUGIN, "node_index": 1, "at": ONSET,
+                         "node": "n2"},
+                        {"cluster": "soak1", "pool": "gpu1", "type": DEVICE_PLUGIN, "node_index": 2, "at": ONSET,
+                         "node": "n1"}]}
+    told = _evidence(scenario=scenario, turned=turned, oracles=struck)
+    assert {(f.node, f.cure) for f in genuine_faults(told)} == {("n2", "restart"), ("n1", "never")}
+    already = _evidence(scenario=scenario, turned=[_turned("n1")], oracles=struck)  # n2 was True before it
+    assert {(f.node, f.cure) for f in genuine_faults(already)} == {("n1", "never")}
+
+
 def _degraded_host(node: str = "n2", at: float = ONSET) -> dict[str, Any]:
     return {"kind": "resource-health", "cluster": "soak1", "pool": "gpu1", "node": node, "scenario": "degraded-host",
             "t": CLOCK_START + at, "ok": True}

@@ -261,6 +261,28 @@ def test_a_scale_back_that_did_not_hold_is_sent_again_rather_than_waited_out() -
     assert rec.data["finished_at"] < rec.data["rung_started_at"] + policy.rung_timeout("replace") / 10
 
 
+def test_a_replacement_that_came_in_time_is_taken_even_when_the_step_runs_after_the_rungs_timeout() -> None:
+    """Soak seed 959002: the step after "waiting for the replacement node" ran only after the rung's timeout (a lost
+    nudge, the timer's next tick), while a healthy replacement had been there for a minute; the rung gave up on
+    "no new node came". The timeout bounds the waiting; it does not discard what came."""
+    policy = RemediationPolicy(ladder=("replace",), rung_timeouts_s={"replace": 600})
+    fleet = one_broken(policy)
+    fleet.limit_surge(0)
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    [rec] = records(fleet)
+    for _ in range(60):
+        if rec.data.get("rung_phase") == "await_replacement":
+            break
+        fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert rec.data["rung_phase"] == "await_replacement"
+    fleet.clock.advance(rec.data["rung_started_at"] + 600 - fleet.clock.now() + 30)  # the next step: past the timeout
+    rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert rec.state == State.VERIFYING and rec.data["target"].startswith("aks-gpu-new")
+    assert run_until_settled(fleet) == [State.DONE]
+
+
 def test_a_node_someone_else_cordoned_is_drained_and_repaired_but_never_uncordoned() -> None:
     fleet = one_broken()
     fleet.compute.outcomes["restart"] = "heals"
