@@ -369,7 +369,10 @@ def report(stack: Any, ctx: Any, records: dict[tuple[str, str], Any], *, finishe
         from fleetctl import timeline
 
         page = stack.state_dir / "timeline.html"
-        shown = timeline.write(ctx.ledger, page)
+        # The records the report above told, not a fresh read: the host goes on working while the report is
+        # printed, and a story begun since (a later fault) would be on the page but not in the report.
+        told = timeline.stories_of((kind, r) for (kind, _), r in records.items() if kind in ("remediation", "migration"))
+        shown = timeline.write(told, page)
         print(f"Timeline of the {shown} remediations and migrations: {page} (fleetctl timeline writes one too)\n")
     except Exception as exc:  # the report must not hide the rest because the page failed
         print(f"(timeline not written: {exc})\n")

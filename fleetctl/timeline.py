@@ -48,11 +48,13 @@ def kind_of(state: str, story: str) -> str:
 
 def stories(ledger: Any) -> list[Story]:
     """The remediations and migrations of the ledger, oldest first."""
-    out: list[Story] = []
-    for record in records.list_records(ledger, records.REMEDIATION):
-        out.append(story_of(records.REMEDIATION, record))
-    for record in records.list_records(ledger, records.MIGRATION):
-        out.append(story_of(records.MIGRATION, record))
+    kinds = (records.REMEDIATION, records.MIGRATION)
+    return stories_of((kind, record) for kind in kinds for record in records.list_records(ledger, kind))
+
+
+def stories_of(kinds_and_records: Iterable[tuple[str, Any]]) -> list[Story]:
+    """The stories of records already read, oldest first (so a page can show exactly what a report told)."""
+    out = [story_of(kind, record) for kind, record in kinds_and_records]
     return sorted(out, key=lambda s: (s.marks[0][0] if s.marks else 0.0, s.id))
 
 
@@ -132,11 +134,10 @@ h1 {{ font-size: 18px; margin: 0 0 4px; }}
 """
 
 
-def write(ledger: Any, path: Any, *, kinds: Iterable[str] = (records.REMEDIATION, records.MIGRATION)) -> int:
-    """Write the page for ``ledger`` to ``path``; returns how many stories it shows."""
+def write(chosen: Sequence[Story], path: Any) -> int:
+    """Write the page of ``chosen`` to ``path``; returns how many stories it shows."""
     from pathlib import Path
 
-    chosen = [s for s in stories(ledger) if s.kind in set(kinds)]
     Path(path).write_text(render(chosen), encoding="utf-8")
     return len(chosen)
 
