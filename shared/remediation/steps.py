@@ -21,7 +21,7 @@ import msgspec
 
 from shared.fleet import node_fate
 from shared.kernel.errors import Forbidden, NotFound, StewardError
-from shared.kernel.ports import KubePort, Record
+from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.steps import Transition, move, settle, stay
 from shared.kernel.timefmt import iso
 from shared.remediation import fault_source, health, preconditions
@@ -393,6 +393,14 @@ def step_verifying(record: Record, ctx: Context, *, now: float, policy: Remediat
         # A surge node read healthy before the broken one was deleted: its stability counts from then (its
         # own transitions still bound it, so a flap since shows), not only from after the deletion.
         stable_from, since_what = d.replace.found_at, "the replacement was found healthy"
+    if node is not None and _uncordoned_by_this_step(node, record):
+        # Only this step's own VERIFIED lifts our marker with the cordon (uncordon_if_ours; ``kubectl uncordon``
+        # leaves the marker): a host died between that uncordon and the save. The repair was verified then;
+        # what the node shows since is a new fault, the sweep's, not a reason to re-cordon a node in service
+        # and hand it over as "cordoned" (soak seed 960138).
+        return end(record, ctx, kube, State.DONE, now=now, event=Event.RECOVERED,
+                   note="recovered: an earlier run of this step verified the repair and uncordoned the node, and its "
+                        "save was lost; anything the node shows since is a new fault for the sweep", target=target)
     if node is not None:
         verdict = health.verify_repair(node, policy=policy, since=stable_from, now=now, window_s=window,
                                        since_what=since_what)
@@ -420,6 +428,14 @@ def step_verifying(record: Record, ctx: Context, *, now: float, policy: Remediat
     if now >= since + max(window, 2 * policy.poll_s):
         return next_rung(record, ctx, kube, now=now, why=f"did not stay healthy: {why}")
     return stay(record, now=now, until=now + policy.poll_s, note=f"verifying: {why}")
+
+
+def _uncordoned_by_this_step(node: NodeView, record: Record) -> bool:
+    """The node this record cordoned (the same Node object) is schedulable and our cordon marker is gone."""
+    d = load(record)
+    return (not d.dry_run and d.cordoned_by_us and node.name == d.node and bool(d.node_uid)
+            and node.uid == d.node_uid and not node.unschedulable
+            and health.CORDON_FOR_ANNOTATION not in node.annotations)
 
 
 #: Every active state's step, all with the kernel's contract.

@@ -472,6 +472,32 @@ def test_a_crash_after_any_step_resumes_to_the_same_end_state(outcomes: dict[str
     assert ends[0] == ends[1]
 
 
+def test_a_host_that_died_after_the_verified_uncordon_ends_done_and_leaves_a_new_fault_to_the_sweep() -> None:
+    """Soak seed 960138: the step that found the repair verified uncordoned the node, and the host died before the
+    save; the node's fault came back before the step ran again. The record ends done (its repair was verified),
+    the node stays in service, and the fault since is a new one, not this record's reason to re-cordon the node
+    and hand it over as "cordoned"."""
+    fleet = one_broken(RemediationPolicy(ladder=("restart", "reimage")))
+    fleet.compute.outcomes.update({"restart": "heals"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    for _ in range(200):
+        rec = fleet.ledger.list(remediation.KIND)[0]
+        if rec.state == State.VERIFYING and not fleet.kube.nodes["aks-gpu-1"].unschedulable:
+            break
+        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()))
+        moved = remediation_steps.advance(rec, ctx)
+        if moved.state == State.DONE:
+            break  # the step that uncordons: its effects stay, its save is lost
+        fleet.ledger.save(moved)
+    assert rec.state == State.VERIFYING and not fleet.kube.nodes["aks-gpu-1"].unschedulable
+    node = fleet.kube.nodes["aks-gpu-1"]
+    fleet.kube.nodes["aks-gpu-1"] = with_condition(node, DEVICE_PLUGIN, "True", fleet.clock.now())
+    assert run_until_settled(fleet) == [State.DONE]
+    assert "save was lost" in records(fleet)[0].data["last_note"]
+    assert not fleet.kube.nodes["aks-gpu-1"].unschedulable, "not re-cordoned by a record whose repair was verified"
+
+
 def test_dry_run_records_every_decision_and_changes_nothing() -> None:
     fleet = one_broken(RemediationPolicy(dry_run=True))
     assert fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet)).startswith("admitted")
