@@ -299,6 +299,30 @@ def _uncurable(evidence: Evidence, fault: Fault, rec: Any, faults: list[Fault]) 
             return True
         if other is not fault and rec.created_at <= other.at <= rec.updated_at:
             return True
+    return _cure_drawn_again(evidence, fault, nodes, rec, ladder)
+
+
+def _cure_drawn_again(evidence: Evidence, fault: Fault, nodes: set[str], rec: Any, ladder: list[str]) -> bool:
+    """Whether a flip on a condition already True (no new fault) drew the cure of a node of ``rec`` again: while
+    the remediation worked, or before it to a cure its ladder lacks, since that condition last cleared. The
+    simulator's ``set_condition`` replaces the node's repair plan at every True flip (sim/kube/nodes.py; soak
+    seed 960143: a fault drawn "reimage" came back after the reimage)."""
+    flips = sorted((f for f in evidence.oracles.get("flips") or []
+                    if f.get("cluster") == fault.cluster and str(f.get("node")) in nodes), key=lambda f: float(f["t"]))
+    for i, flip in enumerate(flips):
+        t = float(flip["t"])
+        if flip.get("status", "True") != "True" or t > rec.updated_at:
+            continue
+        if (str(flip.get("node")), flip.get("type")) == (fault.node, fault.what) and abs(t - fault.at) < 1.0:
+            continue  # the fault's own flip
+        if rec.created_at <= t:
+            return True
+        cleared = any(later.get("status") == "False" and (later.get("node"), later.get("type")) ==
+                      (flip.get("node"), flip.get("type")) and float(later["t"]) <= rec.created_at
+                      for later in flips[i + 1:])
+        cure = str(flip.get("fixed_by") or "")
+        if not cleared and (cure == "never" or _beyond(cure, ladder)):
+            return True
     return False
 
 

@@ -159,10 +159,13 @@ class Oracles:
     def record_flip(self, cluster: Cluster, node: str, flip: Mapping[str, Any]) -> None:
         """A scenario's condition flip as it fired: the node its ``node_index`` resolved to among the pool's
         nodes at that moment (after a replacement the index names another node than at the start; soak seed
-        959008: two flips at once, each put down to the wrong node by a guess from the start's order)."""
+        959008: two flips at once, each put down to the wrong node by a guess from the start's order), and the
+        cure it drew: a flip on a condition already True draws the node's cure again (sim/kube/nodes.py
+        ``set_condition``), which no new fault shows (soak seed 960143)."""
         self.flips.append({"t": self.fleet.now(), "cluster": cluster.name, "pool": str(flip.get("pool", "")),
                            "node_index": flip.get("node_index"), "type": str(flip.get("type", "")),
-                           "status": str(flip.get("status", "True")), "at": flip.get("at"), "node": node})
+                           "status": str(flip.get("status", "True")), "at": flip.get("at"), "node": node,
+                           "fixed_by": str(flip.get("fixed_by", "restart"))})
 
     def record_repair(self, cluster: Cluster, node: str, rung: str, *, unschedulable: bool = False,
                       annotations: Mapping[str, str] | None = None) -> None:

@@ -247,6 +247,23 @@ def test_a_flip_is_put_down_to_the_node_the_simulator_says_it_struck() -> None:
     assert {(f.node, f.cure) for f in genuine_faults(already)} == {("n1", "never")}
 
 
+@pytest.mark.parametrize(("second", "explained"), [(None, False), ("restart", True), ("replace", True)])
+def test_a_flip_on_a_condition_already_true_draws_the_cure_again_and_explains_a_give_up(second: str | None,
+                                                                                     explained: bool) -> None:
+    """Seed 960143: a second flip struck n1's condition while it was True and the remediation worked: no new fault
+    shows, but the simulator drew n1's cure again, so the ladder's give-up is the scenario's doing."""
+    gave_up = _rem("gave_up", reason="every rung failed (last: reimage: did not stay healthy)")
+    flips = [_flip(1, fixed_by="reimage")] + ([_flip(1, at=ONSET + 80, fixed_by=second)] if second else [])
+    struck = {"flips": [{"cluster": "soak1", "pool": "gpu1", "type": DEVICE_PLUGIN, "node_index": 1,
+                         "at": f["at"], "t": CLOCK_START + f["at"], "status": "True", "node": "n1",
+                         "fixed_by": f["fixed_by"]} for f in flips]}
+    evidence = _evidence(scenario=_scenario(flips=flips, REMEDIATION_LADDER="restart,reimage"), oracles=struck,
+                         records={"remediation": [gave_up]}, nodes=[_node("n0"), _node("n1", faulty=True), _node("n2")])
+    [fault] = genuine_faults(evidence)
+    assert (fault.node, fault.cure) == ("n1", "reimage")
+    assert (judge(evidence, fault).cause != "none") is explained
+
+
 def _degraded_host(node: str = "n2", at: float = ONSET) -> dict[str, Any]:
     return {"kind": "resource-health", "cluster": "soak1", "pool": "gpu1", "node": node, "scenario": "degraded-host",
             "t": CLOCK_START + at, "ok": True}
