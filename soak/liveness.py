@@ -205,8 +205,21 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
             continue
         source = {"resource-health": "resource-health", "nap-flip": "nap"}.get(str(kind), "dcgm")
         out.append(Fault(source, str(action["cluster"]), str(action.get("pool", "")), str(action["node"]),
-                         float(action["t"]), what, ""))
+                         float(action["t"]), what, "", _superseded(evidence, action) if kind == "resource-health"
+                         else None))
     return out
+
+
+def _superseded(evidence: Evidence, action: Mapping[str, Any]) -> float | None:
+    """When a later Resource Health injection on the same VM replaced the status this one set (its events set the
+    availability and the annotation's class anew: sim/arm/resource_health.py ``_apply``), like a condition's
+    False flip: the source itself says something else since (soak seed 961022: a host failure, then a planned
+    maintenance 7.5 s later whose reboot ended Available; ARM said Planned when the crash's event arrived)."""
+    later = [float(a["t"]) for a in evidence.actions
+             if a.get("kind") == "resource-health" and a.get("ok") and a is not action
+             and (a.get("cluster"), a.get("node")) == (action.get("cluster"), action.get("node"))
+             and float(a["t"]) > float(action["t"])]
+    return min(later) if later else None
 
 
 def _flipped_node(evidence: Evidence, flip: Mapping[str, Any], claimed: set[tuple[str, str, str, float]]) -> str | None:

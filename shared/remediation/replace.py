@@ -42,6 +42,7 @@ from shared.kernel.timefmt import iso
 from shared.remediation import health, preconditions
 from shared.remediation.ladder import (
     admitted_vm,
+    away_note,
     block,
     end,
     escalation_extra,
@@ -226,16 +227,18 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         # The rung's timeout runs from the NodeClaim's delete (rung_started_at): a node Karpenter never
         # terminates must not hold the ladder forever. ``await_replacement`` (the node is gone) ends on
         # its own once the settle time has passed.
-        if phase not in (RungPhase.START, RungPhase.AWAIT_REPLACEMENT) and now >= started + policy.rung_timeout("replace"):
+        if phase not in (RungPhase.START, RungPhase.AWAIT_REPLACEMENT) and \
+                now >= started + policy.rung_timeout("replace") + d.rung_away_s:
             return next_rung(record, ctx, kube, now=now,
-                             why=f"replacement not finished within {policy.rung_timeout('replace')}s (phase "
+                             why=f"replacement not finished within {policy.rung_timeout('replace')}s"
+                                 f"{away_note(d.rung_away_s)} (phase "
                                  f"{phase}; NodeClaim {rep.nodeclaim or '?'} deleted, {d.node} not terminated)")
         return replace_nodeclaim(record, ctx, kube, policy=policy, now=now)
     aks = ctx.access.aks()
     pool = aks.get_pool(d.cluster, d.pool)
     if pool is None:
         return next_rung(record, ctx, kube, now=now, why=f"pool {d.pool} not found")
-    if phase != RungPhase.START and now >= started + policy.rung_timeout("replace"):
+    if phase != RungPhase.START and now >= started + policy.rung_timeout("replace") + d.rung_away_s:
         timeout = policy.rung_timeout("replace")
         # A pool whose last operation failed says why (a scale a locked node resource group or a quota
         # refused: soak seeds 958002, 958013), so the operator reads Azure's reason, not only "not finished".
@@ -253,10 +256,11 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
                                 rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
             came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
             return no_healthy_replacement(record, ctx, kube, now=now, count=pool.count, came=came, rep=rep,
-                                          why=(f"{came[1]} after {timeout}s" if came is not None
-                                               else f"not within {timeout}s") + failed)
+                                          why=(f"{came[1]} after {timeout}s{away_note(d.rung_away_s)}"
+                                               if came is not None
+                                               else f"not within {timeout}s{away_note(d.rung_away_s)}") + failed)
         return next_rung(record, ctx, kube, now=now,
-                         why=f"replacement not finished within {timeout}s (phase {phase}; "
+                         why=f"replacement not finished within {timeout}s{away_note(d.rung_away_s)} (phase {phase}; "
                              f"pool count {pool.count}, was {rep.original_count}; last: {d.last_note[:200]}){failed}")
 
     def go(next_phase: RungPhase, note: str, wait: bool = False, **changes: Any) -> Transition:

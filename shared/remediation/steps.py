@@ -28,6 +28,8 @@ from shared.remediation import fault_source, health, preconditions
 from shared.remediation.admission import paused_reason, policy_of
 from shared.remediation.drain_step import cleared, drain_settings, step_draining, unconfirmed
 from shared.remediation.ladder import (
+    away_note,
+    away_s,
     block,
     end,
     escalate_to_replace,
@@ -282,14 +284,18 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
         d = load(record)
     entered = d.rung_entered_at or now
     timeout = policy.rung_timeout(rung)
-    if d.rung_phase in (RungPhase.START, RungPhase.REQUESTED) and now >= entered + timeout:
+    away = away_s(record, now=now, policy=policy, timeout=timeout)
+    if away != d.rung_away_s:
+        record = msgspec.structs.replace(record, data={**record.data, **fields(rung_away_s=away)})
+        d = load(record)
+    if d.rung_phase in (RungPhase.START, RungPhase.REQUESTED) and now >= entered + timeout + away:
         # The phases before the rung's action took hold (Azure answering "busy", the pool's replace turn,
         # a request that never showed) are bounded by the rung's timeout from when the ladder reached it;
         # the later phases by the same timeout from the action (checked where they observe the node),
         # so a rung that never completes moves on: nothing is re-issued forever.
         return next_rung(record, ctx, kube, now=now,
-                         why=f"not completed within {timeout}s (REMEDIATION_RUNG_TIMEOUTS; phase {d.rung_phase}: "
-                             f"{d.last_note[:200]})")
+                         why=f"not completed within {timeout}s{away_note(away)} (REMEDIATION_RUNG_TIMEOUTS; "
+                             f"phase {d.rung_phase}: {d.last_note[:200]})")
     if d.rung_phase == RungPhase.START and ctx.ledger.get(DEDUPE_KIND, op_key(record.id, d.rung_index, rung, 1)) is None:
         # before this rung's VM action (not after a crash that followed its request): its own source again
         current = kube.get_node(d.node)
@@ -344,13 +350,13 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
     else:
         why = "the node is not registered (yet)"
         rebooted = True
-    if now >= started + timeout:
+    if now >= started + timeout + away:
         if not rebooted:
             # Azure accepted the call but the node never went down: the operation failed or never ran (its
             # long-running operation is not followed; the node is the evidence). Said so, for the operator.
             why = (f"the {rung} never took effect: the node did not reboot after Azure accepted it (Ready unchanged "
                    f"since before the request, same bootID; the operation may have failed in Azure); {why}")
-        return next_rung(record, ctx, kube, now=now, why=f"not recovered within {timeout}s ({why})")
+        return next_rung(record, ctx, kube, now=now, why=f"not recovered within {timeout}s{away_note(away)} ({why})")
     return stay(record, now=now, until=now + policy.poll_s, note=f"waiting for {rung}: {why}")
 
 

@@ -295,6 +295,20 @@ def test_a_pushed_health_fault_ends_somewhere_or_is_lost(outcome: str, kind: str
     assert bool(check_fault_liveness(evidence)) is (kind == "lost")
 
 
+@pytest.mark.parametrize(("then", "kind"), [(None, "lost"), ("planned-maintenance", "cleared")])
+def test_a_health_fault_a_later_injection_on_the_same_vm_replaced_is_cleared_by_its_source(then: str | None,
+                                                                                         kind: str) -> None:
+    """Seed 961022: a host failure, then a planned maintenance on the same VM 7.5 s later: ARM said Planned when the
+    crash's event arrived, and the reboot ended Available. Nothing the app did or skipped lost that fault."""
+    actions = [{**_degraded_host(), "scenario": "host-failure"}]
+    if then:
+        actions.append({**_degraded_host(at=ONSET + 7.5), "scenario": then})
+    evidence = _evidence(scenario=_scenario(flips=[]), actions=actions, turned=[],
+                         nodes=[_node("n0"), _node("n1"), _node("n2")])
+    [fault] = genuine_faults(evidence)
+    assert judge(evidence, fault).kind == kind
+
+
 def test_a_later_fault_on_a_node_an_earlier_remediation_handed_to_an_operator_is_theirs() -> None:
     """Soak seed 2: a second XID on a node left cordoned by a remediation that gave up (the PDBs refused its
     drain) is not admitted again; the node is the operator's already."""

@@ -30,6 +30,7 @@ from tests.unit.fakes_remediation import (
 )
 
 EV = remediation.EVENT_PREFIX
+POLICY_POLL = RemediationPolicy().poll_s
 
 
 def one_broken(policy: RemediationPolicy | None = None, *, condition: str = DEVICE_PLUGIN, size: int = 5,
@@ -496,6 +497,48 @@ def test_a_host_that_died_after_the_verified_uncordon_ends_done_and_leaves_a_new
     assert run_until_settled(fleet) == [State.DONE]
     assert "save was lost" in records(fleet)[0].data["last_note"]
     assert not fleet.kube.nodes["aks-gpu-1"].unschedulable, "not re-cordoned by a record whose repair was verified"
+
+
+@pytest.mark.parametrize("ladder", [("replace",), ("restart",)])
+def test_time_the_steward_was_away_is_not_counted_against_a_rungs_timeout(ladder: tuple[str, ...]) -> None:
+    """Soak seed 961026: two host crashes each held the record for a 120 s lease inside a 240 s replace whose
+    deleteMachines had worked; the rung gave up with the pool one node short. Every repair step here runs 150 s
+    after it was due (a crashed host's lease, then the timer), and the rung still ends the repair; a steward away
+    at every step still ends the rung, at most two timeouts later."""
+    fleet = one_broken(RemediationPolicy(ladder=ladder, rung_timeouts_s={ladder[0]: 240}))
+    fleet.compute.outcomes.update({"restart": "heals"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    late_steps = 0
+    for _ in range(300):
+        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
+        if not active:
+            break
+        rec = active[0]
+        late = 150.0 if rec.state == State.REPAIRING else 0.0
+        late_steps += late > 0
+        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + late)
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    [rec] = records(fleet)
+    assert late_steps >= 2 and rec.state == State.DONE, rec.data["last_note"]
+    assert rec.data["rung_away_s"] == pytest.approx(min(late_steps * (150.0 - POLICY_POLL), 480.0))
+
+
+def test_a_rung_that_never_works_ends_even_when_the_steward_is_late_at_every_step() -> None:
+    fleet = one_broken(RemediationPolicy(ladder=("restart",), rung_timeouts_s={"restart": 240}))
+    fleet.compute.outcomes.update({"restart": "fails"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    for _ in range(300):
+        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
+        if not active:
+            break
+        rec = active[0]
+        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + (150.0 if rec.state == State.REPAIRING else 0))
+        fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    [rec] = records(fleet)
+    assert rec.state == State.GAVE_UP and rec.data["rung_away_s"] == 480.0
+    assert "plus 480s the steward was away" in rec.data["last_note"]
 
 
 def test_dry_run_records_every_decision_and_changes_nothing() -> None:
