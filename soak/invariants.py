@@ -197,7 +197,10 @@ def remediation_deadline(rec: Record, profile: Mapping[str, str]) -> float:
     ladder = [r.strip() for r in str(profile.get("REMEDIATION_LADDER", "restart,reimage,replace")).split(",") if r]
     drain = float(profile.get("REMEDIATION_DRAIN_TIMEOUT_S", 3600))
     settle = float(profile.get("REMEDIATION_SETTLE_S", 120))
-    return rec.created_at + drain + sum(timeouts.get(r, 3600) + 2 * settle for r in ladder) + DEADLINE_SLACK_S
+    # A rung's timeout is extended by the time the steward was away (shared/remediation/ladder.py ``away_s``):
+    # the record says how much it was granted.
+    away = float((rec.data or {}).get("away_total_s") or 0.0)
+    return rec.created_at + drain + sum(timeouts.get(r, 3600) + 2 * settle for r in ladder) + away + DEADLINE_SLACK_S
 
 
 def migration_deadline(rec: Record, profile: Mapping[str, str]) -> float:

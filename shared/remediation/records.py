@@ -183,6 +183,7 @@ class RemediationData(msgspec.Struct, kw_only=True):
     rung_entered_at: float | None = None
     rung_started_at: float | None = None
     rung_away_s: float = 0.0  # time this rung's steps ran late (a crashed host's lease, a lost nudge): not Azure's
+    away_total_s: float = 0.0  # every rung's credit for that, summed (how much longer than its timeouts it may run)
     requested_at: float | None = None
     op_seq: int | None = None
     vm_id: str = ""

@@ -286,7 +286,8 @@ def step_repairing(record: Record, ctx: Context, *, now: float, policy: Remediat
     timeout = policy.rung_timeout(rung)
     away = away_s(record, now=now, policy=policy, timeout=timeout)
     if away != d.rung_away_s:
-        record = msgspec.structs.replace(record, data={**record.data, **fields(rung_away_s=away)})
+        total = d.away_total_s + away - d.rung_away_s
+        record = msgspec.structs.replace(record, data={**record.data, **fields(rung_away_s=away, away_total_s=total)})
         d = load(record)
     if d.rung_phase in (RungPhase.START, RungPhase.REQUESTED) and now >= entered + timeout + away:
         # The phases before the rung's action took hold (Azure answering "busy", the pool's replace turn,

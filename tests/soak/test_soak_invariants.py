@@ -11,7 +11,16 @@ import pytest
 from shared.kernel.ports import Record
 from soak.crash import CrashingLedger, HostCrashed
 from soak.generate import generate
-from soak.invariants import Evidence, check_budgets, check_ledger, check_oracles, check_outcomes, check_repairs, pool_budget
+from soak.invariants import (
+    Evidence,
+    check_budgets,
+    check_ledger,
+    check_oracles,
+    check_outcomes,
+    check_repairs,
+    pool_budget,
+    remediation_deadline,
+)
 from soak.runner import fault_kind
 from tests.fakes.ledger import InMemoryLedger
 
@@ -83,6 +92,13 @@ def test_a_record_active_past_its_deadline_is_stuck_and_a_terminal_one_needs_a_r
     explained = Record(kind="migration", id="m2", state="blocked", created_at=0.0, data={"reason": "pods do not fit"})
     found = check_outcomes(_make_evidence(records={"remediation": [stuck], "migration": [silent, explained]}, now=1e6))
     assert sorted(v.detail.split(" ")[1] for v in found) == ["m1", "r1"]
+
+
+def test_a_remediation_granted_time_for_the_stewards_absence_has_a_deadline_that_much_later() -> None:
+    evidence = _make_evidence()
+    plain = Record(kind="remediation", id="r1", state="repairing", created_at=0.0)
+    away = Record(kind="remediation", id="r2", state="repairing", created_at=0.0, data={"away_total_s": 300.0})
+    assert remediation_deadline(away, evidence.scenario.profile) == remediation_deadline(plain, evidence.scenario.profile) + 300
 
 
 def test_a_node_left_cordoned_by_a_finished_remediation_disagrees_with_the_ledger() -> None:

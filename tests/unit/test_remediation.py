@@ -537,7 +537,7 @@ def test_a_rung_that_never_works_ends_even_when_the_steward_is_late_at_every_ste
         fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + (150.0 if rec.state == State.REPAIRING else 0))
         fleet.ledger.save(remediation_steps.advance(rec, ctx))
     [rec] = records(fleet)
-    assert rec.state == State.GAVE_UP and rec.data["rung_away_s"] == 480.0
+    assert rec.state == State.GAVE_UP and rec.data["rung_away_s"] == rec.data["away_total_s"] == 480.0
     assert "plus 480s the steward was away" in rec.data["last_note"]
 
 
