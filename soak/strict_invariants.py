@@ -213,10 +213,19 @@ def check_nap_repairs(evidence: Evidence) -> list[Violation]:
 
 
 def _flip_times(evidence: Evidence) -> dict[str, list[float]]:
-    """Per cluster, the sim times at which the scenario (not NPD) changed a GPU condition."""
+    """Per cluster, the sim times at which the scenario (not NPD) changed a GPU condition.
+
+    A flip's time is the simulator's own record of when it fired (the ``flips`` oracle, sim/core/oracles.py
+    ``record_flip``) when there is one: the simulator schedules flips from the moment it loaded the scenario
+    (sim/scenario.py ``t0``), which in process mode is a scaled second or more after the clock's start (soak
+    seed 961479: a flip 16 s after a repair's uncordon was taken for node-problem-detector's start-up False).
+    """
     start = _start(evidence)
     out: dict[str, list[float]] = {}
-    for f in evidence.scenario.flips:
+    fired = evidence.oracles.get("flips") or []
+    for f in fired:
+        out.setdefault(str(f["cluster"]), []).append(float(f["t"]))
+    for f in [] if fired else evidence.scenario.flips:
         out.setdefault(str(f["cluster"]), []).append(start + float(f["at"]))
     for f in evidence.scenario.flapping:
         for i in range(int(f.get("flips", 6))):

@@ -300,6 +300,26 @@ def test_a_repair_that_uncordons_on_npds_start_up_false_is_caught() -> None:
                                      turned_true=much_later)) == []
 
 
+def test_a_flip_the_simulator_fired_later_than_the_scenario_says_still_explains_the_true_after_an_uncordon() -> None:
+    """Seed 961479 (process mode): the simulator loaded the scenario a scaled second after the clock's start, so
+    a flip fired later than the start plus its ``at``; the condition True 16 s after a repair's uncordon was that
+    flip, as the simulator's ``flips`` oracle says, not node-problem-detector's start-up False."""
+    scenario = generate(0, short=True, strict=False)
+    t = CLOCK_START + 400
+    scenario.flips.append({"at": 415.0, "cluster": "soak1", "pool": "gpu1", "node_index": 1,
+                           "type": "UnhealthyNvidiaDevicePlugin", "status": "True", "fixed_by": "restart"})
+    done = _rem("r-1", "done", finished_at=t - 2)
+    uncordon = [{"t": t, "prev_t": t - 4, "cluster": "soak1", "node": "n1", "unhealthy": []}]
+    back = [{"t": t + 18, "prev_t": t + 16.5, "cluster": "soak1", "node": "n1", "conditions": ["UnhealthyNvidiaDevicePlugin"]}]
+    guessed = check_uncordons(_evidence(scenario=scenario, records={"remediation": [done]}, uncordons=uncordon,
+                                        turned_true=back))
+    assert [v.invariant for v in guessed] == ["uncordon-while-faulty"]
+    fired = {"flips": [{"t": t + 17.2, "cluster": "soak1", "pool": "gpu1", "node": "n1", "at": 415.0, "node_index": 1,
+                        "type": "UnhealthyNvidiaDevicePlugin", "status": "True", "fixed_by": "restart"}]}
+    assert check_uncordons(_evidence(scenario=scenario, records={"remediation": [done]}, uncordons=uncordon,
+                                     turned_true=back, oracles=fired)) == []
+
+
 def test_an_uncordon_that_no_repair_finished_is_not_judged_as_a_repair() -> None:
     scenario = generate(0, short=True, strict=False)
     t = CLOCK_START + 400
