@@ -277,11 +277,6 @@ def _write_karpenter(kube: KubePort, obj: Mapping[str, Any], current: Mapping[st
 # ----------------------------------------------------------------------------- creating
 
 
-def provisioning_error(pool: PoolInfo) -> tuple[str, str]:
-    """Azure's error for a Failed pool (:attr:`PoolInfo.provisioning_error`)."""
-    return pool.provisioning_error
-
-
 def step_creating(record: Record, ctx: Context, *, now: float, policy: PoolRequestPolicy) -> Transition:
     """Follow the pool until ARM says Succeeded (then validate), Failed (then clean up and fail), or time runs out."""
     data, req = typed(record)
@@ -301,7 +296,7 @@ def step_creating(record: Record, ctx: Context, *, now: float, policy: PoolReque
         return move(record, State.VALIDATING, now=now, note="pool provisioned; validating the GPU stack",
                     deadline=now + policy.validate_timeout_s)
     if state in ("Failed", "Canceled"):
-        code, message = provisioning_error(pool)
+        code, message = pool.provisioning_error
         return fail_created(record, ctx, now=now, policy=policy, data=data, req=req, code=code, message=message)
     if now > deadline:
         return fail_created(record, ctx, now=now, policy=policy, data=data, req=req, code="PoolCreateTimeout",

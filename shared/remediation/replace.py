@@ -142,40 +142,34 @@ def _claim(ctx: Context, record: Record, node: NodeView, *, now: float) -> bool:
         return prior is not None and prior.data.get("remediation") == record.id
 
 
-def replacement(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
-                now: float) -> NodeView | None:
-    """A node of the pool created after the rung started, Ready, healthy, with GPUs, and claimed by us."""
+def arrivals(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
+             now: float) -> tuple[NodeView | None, tuple[NodeView, str] | None]:
+    """The nodes of the pool created after the rung started, from one listing: the healthy replacement this
+    replace claims (Ready, healthy, with GPUs, claimed by us), else the node AKS made for it that is not a
+    healthy replacement and why (the newcomer: not deleting, not claimed by another remediation; the VM this
+    replace asked for, one replace per pool at a time, come up with a fault of its own or still coming up)."""
     d = load(record)
     selector = d.pool_selector or f"{POOL_LABEL}={d.pool}"
+    came: tuple[NodeView, str] | None = None
     for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
         if n.name == d.node or n.created < since - 1.0:
             continue
-        if health.is_recovered(n, policy=policy)[0] and _claim(ctx, record, n, now=now):
-            return n
-    return None
-
-
-def newcomer(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
-             now: float) -> tuple[NodeView, str] | None:
-    """The node AKS made for this replace that is not a healthy replacement, and why; None when there is none.
-
-    A node of the pool created after the rung started, not claimed by another remediation, not healthy
-    (:func:`health.is_recovered` says why). It is the VM this replace asked for (one replace per pool at a
-    time), come up with a fault of its own or still coming up.
-    """
-    d = load(record)
-    selector = d.pool_selector or f"{POOL_LABEL}={d.pool}"
-    for n in kube.list_nodes(label_selector=selector, page_size=policy.page_size):
-        if n.name == d.node or n.created < since - 1.0 or n.deletion_timestamp is not None:
-            continue
         recovered, why = health.is_recovered(n, policy=policy)
         if recovered:
-            continue  # a healthy one is :func:`replacement`'s (claimed there, or another remediation's)
-        prior = ctx.ledger.get(DEDUPE_KIND, claim_key(d.cluster, n.name, n.uid))
-        if prior is not None and prior.data.get("remediation") != record.id:
-            continue  # another remediation's replacement
-        return n, why
-    return None
+            if _claim(ctx, record, n, now=now):
+                return n, None
+            continue  # a healthy one another remediation claimed
+        if came is None and n.deletion_timestamp is None:
+            prior = ctx.ledger.get(DEDUPE_KIND, claim_key(d.cluster, n.name, n.uid))
+            if prior is None or prior.data.get("remediation") == record.id:  # else another remediation's
+                came = (n, why)
+    return None, came
+
+
+def replacement(ctx: Context, record: Record, kube: KubePort, *, since: float, policy: RemediationPolicy,
+                now: float) -> NodeView | None:
+    """A node of the pool created after ``since``, Ready, healthy, with GPUs, and claimed by us."""
+    return arrivals(ctx, record, kube, since=since, policy=policy, now=now)[0]
 
 
 def faulty_on_its_own(node: NodeView, *, policy: RemediationPolicy, now: float) -> str:
@@ -247,14 +241,13 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
         if record.data.get("_last_error"):  # the reconciler's note of the last step that raised
             failed += f"; last step error: {str(record.data['_last_error'])[:200]}"
         if phase == RungPhase.AWAIT_REPLACEMENT:  # the machine is gone: no rung can follow
-            new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
+            new, came = arrivals(ctx, record, kube, since=started, policy=policy, now=now)
             if new is not None:
                 # Found late (the step ran long after its poll: a lost nudge, a crash) is found all the same:
                 # the timeout bounds the waiting, it does not discard a replacement that came in time (soak
                 # seed 959002: a healthy replacement for 70 s, and the rung gave up on "no new node").
                 return replaced(record, ctx, kube, now=now, target=new.name,
                                 rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
-            came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
             return no_healthy_replacement(record, ctx, kube, now=now, count=pool.count, came=came, rep=rep,
                                           why=(f"{came[1]} after {timeout}s{away_note(d.rung_away_s)}"
                                                if came is not None
@@ -303,7 +296,7 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
                 return go(RungPhase.DELETE, note, mode=ReplaceMode.DELETE_FIRST, surge_error=str(exc)[:300])
         return go(RungPhase.SURGE_WAIT, f"pool {d.pool} scaling to {target_count}", wait=True)
     if phase == RungPhase.SURGE_WAIT:
-        new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
+        new, came = arrivals(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return go(RungPhase.DELETE, f"replacement {new.name} is Ready with GPUs: deleting {d.node}",
                       replacement=new.name, found_at=now)
@@ -311,7 +304,6 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
             note = f"the surge ended {pool.provisioning_state}: falling back to delete-then-scale"
             kube_event(kube, d.node, record, "StewardSurgeFallback", note, "Warning")
             return go(RungPhase.DELETE, note, mode=ReplaceMode.DELETE_FIRST)
-        came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
         return waiting("waiting for the surge node"
                        + (f" ({came[0].name} came up: {came[1]})" if came is not None else ""))
     if phase == RungPhase.DELETE:
@@ -351,11 +343,10 @@ def step_replace(record: Record, ctx: Context, kube: KubePort, *, policy: Remedi
                 return waiting(f"waiting to restore the count: {exc}")
         return go(RungPhase.AWAIT_REPLACEMENT, f"pool {d.pool} scaling back to {original}", wait=True)
     if phase == RungPhase.AWAIT_REPLACEMENT:
-        new = replacement(ctx, record, kube, since=started, policy=policy, now=now)
+        new, came = arrivals(ctx, record, kube, since=started, policy=policy, now=now)
         if new is not None:
             return replaced(record, ctx, kube, now=now, target=new.name,
                             rep=msgspec.structs.replace(rep, replacement=new.name, found_at=now))
-        came = newcomer(ctx, record, kube, since=started, policy=policy, now=now)
         fault = faulty_on_its_own(came[0], policy=policy, now=now) if came is not None else ""
         if came is not None and fault:
             # It came up with a fault the sweep itself acts on: the rung failed, known now, not at its

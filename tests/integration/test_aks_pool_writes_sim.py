@@ -141,8 +141,6 @@ def test_an_aks_pre_flight_quota_refusal_is_quota_exceeded(sim: SimHandle, aks: 
 
 def test_a_quota_refused_at_deployment_fails_the_pool_with_quota_exceeded_in_its_details(sim: SimHandle,
                                                                                           aks: Any) -> None:
-    from shared.pools.steps import provisioning_error
-
     sim.control("POST", "/faults", {"target": "lro", "path": "agentPools/deployquota", "code": "QuotaExceeded",
                                     "count": 1, "message": "Operation could not be completed as it results in "
                                                            "exceeding approved standardNCASv3_T4Family Cores quota."})
@@ -150,7 +148,7 @@ def test_a_quota_refused_at_deployment_fails_the_pool_with_quota_exceeded_in_its
     aks.begin_put_pool(platform, "deployquota", {"vmSize": "Standard_NC4as_T4_v3", "count": 1})
     failed = settled(aks, platform, "deployquota")
     assert failed.provisioning_state == "Failed"
-    assert provisioning_error(failed)[0] == "QuotaExceeded"
+    assert failed.provisioning_error[0] == "QuotaExceeded"
 
 
 def test_a_write_while_the_pool_is_busy_is_operation_in_progress(sim: SimHandle, aks: Any) -> None:
