@@ -429,10 +429,13 @@ def _overwritten(evidence: Evidence, fault: Fault) -> bool:
     it: ``DCGM_FI_DEV_XID_ERRORS`` holds the last XID only, and a fault is admitted only once every sample of
     the window shows it (shared/remediation/dcgm_recheck.py; soak seed 950079, XID 79 then XID 31 62 s later).
     The steward's design, resisting forged series, loses such an XID: counted as cleared by its source, and
-    shown as ``overwritten`` in the outcome table (a limit, not a repair)."""
+    shown as ``overwritten`` in the outcome table (a limit, not a repair). An ECC storm is the same: of its
+    counters, the managed exporter's default CSV exports only the XID gauge (XID 48; the DBE counters and the
+    pending remap are not in it: shared/remediation/dcgm_provenance.py ``DEFAULT_CSV_COUNTERS``), so a later XID
+    on the node overwrites the storm's only trace (soak seed 961562: XID 43 55 s after a storm)."""
     from soak.signals import DCGM_CONFIRM_S
 
-    if fault.source != "dcgm" or not fault.what.startswith("XID"):
+    if fault.source != "dcgm" or not fault.what.startswith(("XID", "ECC storm")):
         return False
     return any(a.get("kind") == "dcgm-xid" and a.get("ok") and (str(a.get("cluster")), str(a.get("node"))) ==
                (fault.cluster, fault.node) and fault.at < float(a["t"]) <= fault.at + DCGM_CONFIRM_S

@@ -348,6 +348,19 @@ def test_an_xid_a_later_xid_overwrote_before_its_window_confirmed_it_is_shown_as
     assert outcome_table(overwritten) == {"dcgm fault, cure as simulated: cleared (overwritten)": 1}
 
 
+def test_an_ecc_storm_a_later_xid_overwrote_before_its_window_confirmed_it_is_shown_as_overwritten() -> None:
+    """Seed 961562: an ECC storm, then XID 43 on the node 55 s later. Under the managed exporter's default CSV the
+    storm's only exported trace is the XID gauge's 48, which the later XID replaced before the window re-check."""
+    storm = {"kind": "dcgm-ecc-storm", "cluster": "soak1", "pool": "gpu1", "node": "n2", "persist": False,
+             "t": CLOCK_START + ONSET, "ok": True}
+    app_xid = {"kind": "dcgm-xid", "cluster": "soak1", "pool": "gpu1", "node": "n2", "xid": 43,
+               "t": CLOCK_START + ONSET + 55, "ok": True}
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    assert _kind(_evidence(scenario=_scenario(flips=[]), actions=[storm], nodes=nodes, turned=[])) == ("lost", "none")
+    both = _evidence(scenario=_scenario(flips=[]), actions=[storm, app_xid], nodes=nodes, turned=[])
+    assert _kind(both) == ("cleared", "overwritten")
+
+
 def test_a_repair_is_not_blamed_for_the_same_condition_failing_again_later() -> None:
     """Seed 950120: repaired at t+54, the same condition flipped True again at t+427 (a new fault, refused by the
     open breaker): the end state belongs to the later fault, not to the done repair."""
