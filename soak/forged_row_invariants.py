@@ -15,8 +15,8 @@ oracles, the node objects, the published events and the ledger, never from the a
     (admission created it; a crash can lose the attempt's note, never the event published before the record),
     that announced its own cordon (``Steward.Remediation.Cordoned``, published once this record's marker
     is on the node; the marker itself on the node at the end; or the marker on the cordoned node when the
-    simulator restarted or reimaged its VM, its ``repairs`` oracle), and no pod left that node other than
-    through the Eviction API (no workload pod deleted, none lost with the node).
+    simulator restarted or reimaged its VM, its ``repairs`` oracle, or removed it, ``nodes_removed``), and no
+    pod left that node other than through the Eviction API (no workload pod deleted, none lost with the node).
 26. ``forged-row-outcome``: every forged remediation row ended ``blocked`` (with a reason), or
     ``released``/``done`` having touched nothing: no Cordoned, Drained, Restarted, Reimaged or Replaced event
     names it; every forged migration row ended ``blocked``.
@@ -179,6 +179,9 @@ def check_disruptions_have_a_genuine_remediation(evidence: Evidence) -> list[Vio
     # Or its marker on the cordoned node when the simulator restarted or reimaged the VM (the event lost and
     # the marker lifted by the repair's own uncordon: seed 956017).
     cordons |= {str((r.get("annotations") or {}).get(CORDON_FOR)) for r in evidence.oracles.get("repairs") or []
+                if r.get("unschedulable")}
+    # Or its marker on the cordoned node as the node went (a machine deleted, a NodeClaim deleted: seed 961714).
+    cordons |= {str((r.get("annotations") or {}).get(CORDON_FOR)) for r in evidence.oracles.get("nodes_removed") or []
                 if r.get("unschedulable")}
     out = []
     for node, what in sorted(disrupted.items()):

@@ -153,8 +153,12 @@ class Oracles:
         self._cordoned.get((cluster.name, node.pool), set()).discard(node.name)
         self._disrupted.get((cluster.name, node.pool), set()).discard(node.name)
         self._was_ready.discard((cluster.name, node.name))
+        # With what the Node object showed as it went (whose cordon it was under: a fact no published event or
+        # later state can lose; soak seed 961714, a NodeClaim deleted with its Cordoned event lost).
+        meta, spec = node.obj.get("metadata") or {}, node.obj.get("spec") or {}
         self.nodes_removed.append({"t": self.fleet.now(), "cluster": cluster.name, "node": node.name,
-                                   "pool": node.pool, "cause": cause})
+                                   "pool": node.pool, "cause": cause, "unschedulable": bool(spec.get("unschedulable")),
+                                   "annotations": dict(meta.get("annotations") or {})})
 
     def record_flip(self, cluster: Cluster, node: str, flip: Mapping[str, Any]) -> None:
         """A scenario's condition flip as it fired: the node its ``node_index`` resolved to among the pool's

@@ -158,6 +158,20 @@ def test_the_repair_oracle_keeps_what_the_node_showed_when_its_vm_went_down() ->
     assert repair["annotations"]["example.com/cordoned-for"] == "r-1"
 
 
+def test_the_removal_oracle_keeps_what_the_node_showed_as_it_went() -> None:
+    """Soak seed 961714: a NodeClaim deleted while its Cordoned event was lost; whose cordon the node was under is a
+    fact of the moment it went."""
+    fleet, c, name = managed_node()
+    with fleet.lock:
+        node = c.nodes[name]
+        node.obj["spec"]["unschedulable"] = True
+        node.meta.setdefault("annotations", {})["example.com/cordoned-for"] = "r-1"
+        c.delete_node(name, cause="machine_deleted")
+    [gone] = [r for r in fleet.oracles.report()["nodes_removed"] if r["node"] == name]
+    assert gone["unschedulable"] is True and gone["annotations"]["example.com/cordoned-for"] == "r-1"
+    assert gone["cause"] == "machine_deleted"
+
+
 def test_the_flip_oracle_names_the_node_a_scenario_flip_struck_among_the_pools_nodes_then() -> None:
     """The liveness oracle puts each flip down to the node it struck (soak seed 959008); ``node_index`` is resolved
     among the pool's nodes when it fires."""
@@ -171,4 +185,5 @@ def test_the_flip_oracle_names_the_node_a_scenario_flip_struck_among_the_pools_n
     fleet.advance(6)
     [fired] = fleet.oracles.report()["flips"]
     assert (fired["node"], fired["type"], fired["node_index"], fired["at"]) == (name, COND, 0, 5)
+    assert fired["fixed_by"] == "restart"  # the cure it drew (seed 960143)
     assert c.nodes[name].condition(COND)["status"] == "True"

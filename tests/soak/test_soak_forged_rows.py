@@ -191,6 +191,15 @@ def test_every_disrupted_node_needs_a_genuine_remediation_that_cordoned_it_and_e
     [not_cordoned] = [v.detail for v in check_disruptions_have_a_genuine_remediation(
         _evidence(oracles={"repairs": [{**under, "unschedulable": False}]}, records=admitted))]
     assert "announced a cordon of its own" in not_cordoned
+    # seed 961714: a NodeClaim deleted with its Cordoned event lost; the simulator saw the node cordoned under this
+    # record's marker as it removed it
+    gone = {"cluster": "soak1", "node": "n2", "pool": "gpu1", "cause": "nodeclaim_deleted", "t": T,
+            "unschedulable": True, "annotations": {"gpu-fleet-steward/cordoned-for": GENUINE}}
+    assert [v.detail for v in check_disruptions_have_a_genuine_remediation(
+        _evidence(oracles={"nodes_removed": [gone]}, records=admitted))] == []
+    [not_cordoned] = [v.detail for v in check_disruptions_have_a_genuine_remediation(
+        _evidence(oracles={"nodes_removed": [{**gone, "unschedulable": False}]}, records=admitted))]
+    assert "announced a cordon of its own" in not_cordoned
     killed = {**repaired, "pods_killed_without_eviction": [{"cluster": "soak1", "node": "n2", "pod": "p",
                                                              "cause": "delete"}]}
     [bare] = [v.detail for v in check_disruptions_have_a_genuine_remediation(
