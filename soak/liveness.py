@@ -189,6 +189,8 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
             what = str(action["scenario"])
         elif kind == "dcgm-xid" and int(action.get("xid", 0)) not in APPLICATION_XIDS:
             what = f"XID {action['xid']}"
+            if _gauge_before(evidence, action) == int(action["xid"]):
+                continue  # the node's XID gauge already showed it: nothing new to see, the same fault (seed 961764)
         elif kind == "dcgm-ecc-storm":
             what = "ECC storm" + (" (failing memory)" if action.get("persist") else "")
             if any(a.get("kind") == kind and a.get("ok") and a is not action and float(a["t"]) < float(action["t"])
@@ -208,6 +210,29 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
                          float(action["t"]), what, "", _superseded(evidence, action) if kind == "resource-health"
                          else None))
     return out
+
+
+def _gauge_before(evidence: Evidence, action: Mapping[str, Any]) -> int | None:
+    """What the node's last-XID gauge showed just before ``action`` (None: nothing, or reset by a reboot since).
+
+    ``DCGM_FI_DEV_XID_ERRORS`` holds the last XID until the driver reloads (sim/prometheus/api.py: an XID sets it,
+    an ECC storm logs 48, a reboot resets it), so the same XID again on a node already showing it is no new fault.
+    """
+    node = (action.get("cluster"), action.get("node"))
+    t = float(action["t"])
+    last: tuple[float, int | None] = (float("-inf"), None)
+    for a in evidence.actions:
+        if a is action or not a.get("ok") or (a.get("cluster"), a.get("node")) != node or float(a["t"]) >= t:
+            continue
+        if a.get("kind") in ("dcgm-xid", "dcgm-ecc-storm") and float(a["t"]) >= last[0]:
+            last = (float(a["t"]), 48 if a.get("kind") == "dcgm-ecc-storm" else int(a.get("xid", 0)))
+    for r in evidence.oracles.get("repairs") or []:
+        if (r.get("cluster"), r.get("node")) == node and last[0] <= float(r["t"]) < t:
+            # the VM rebooted since: the gauge was reset, or shows 48 again under a failing memory's storm
+            failing = any(a.get("kind") == "dcgm-ecc-storm" and a.get("ok") and a.get("persist")
+                          and (a.get("cluster"), a.get("node")) == node and float(a["t"]) < t for a in evidence.actions)
+            return 48 if failing else None
+    return last[1]
 
 
 def _superseded(evidence: Evidence, action: Mapping[str, Any]) -> float | None:

@@ -361,6 +361,26 @@ def test_an_ecc_storm_a_later_xid_overwrote_before_its_window_confirmed_it_is_sh
     assert _kind(both) == ("cleared", "overwritten")
 
 
+def test_the_same_xid_again_on_a_node_whose_gauge_still_shows_it_is_no_new_fault() -> None:
+    """Seed 961764: XID 48 on a node (refused by the open breaker), then XID 48 again 244 s later: the last-XID gauge
+    showed 48 all along, so nothing new happened; after a reboot (the gauge reset) it is a new fault."""
+    def xid(value: int, at: float) -> dict[str, Any]:
+        return {"kind": "dcgm-xid", "cluster": "soak1", "pool": "gpu1", "node": "n2", "xid": value,
+                "t": CLOCK_START + at, "ok": True}
+
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    again = _evidence(scenario=_scenario(flips=[]), actions=[xid(48, ONSET), xid(48, ONSET + 244)], nodes=nodes,
+                      turned=[])
+    assert [f.at for f in genuine_faults(again)] == [CLOCK_START + ONSET]
+    rebooted = _evidence(scenario=_scenario(flips=[]), actions=[xid(48, ONSET), xid(48, ONSET + 244)], nodes=nodes,
+                         turned=[], oracles={"repairs": [{"cluster": "soak1", "node": "n2", "rung": "restart",
+                                                          "t": CLOCK_START + ONSET + 100}]})
+    assert [f.at for f in genuine_faults(rebooted)] == [CLOCK_START + ONSET, CLOCK_START + ONSET + 244]
+    other = _evidence(scenario=_scenario(flips=[]), actions=[xid(79, ONSET), xid(48, ONSET + 244)], nodes=nodes,
+                      turned=[])
+    assert len(genuine_faults(other)) == 2
+
+
 def test_a_repair_is_not_blamed_for_the_same_condition_failing_again_later() -> None:
     """Seed 950120: repaired at t+54, the same condition flipped True again at t+427 (a new fault, refused by the
     open breaker): the end state belongs to the later fault, not to the done repair."""
