@@ -207,9 +207,14 @@ def capacity_ok(ctx: Context, d: MigrationData, batch: Sequence[str], *, old_nod
                 policy: MigrationPolicy) -> tuple[bool, str]:
     """Surge only: GPUs on Ready nodes (replacement + undrained old) minus the batch stay above the floor.
 
-    The floor is a share of the old pool's GPUs less those of nodes the platform took away (spot
-    evictions) from either pool: that loss is not this migration's, and counting it would hold the
-    drain for ever (AKS does not bring an evicted spot node back by itself).
+    The floor is a share of the GPUs the old pool really serves less those of nodes the platform took
+    away (spot evictions) from either pool: that loss is not this migration's, and counting it would
+    hold the drain for ever (AKS does not bring an evicted spot node back by itself). "Really serves":
+    the nodes this migration drained, and the undrained old nodes that are Ready with GPUs allocatable
+    now. A node of the old pool without GPUs (a remediation's surge node whose device plugin never came
+    up, a node handed to an operator with a dead GPU) is capacity the tenant does not have; counting it
+    would ask the drain to keep GPUs that do not exist (soak seed 961801: a surge node of a replace that
+    gave up made the pool 4 nodes, 3 of them with a GPU, and the floor 4 never opened).
     """
     if d.strategy != Strategy.SURGE or policy.capacity_floor_pct <= 0:
         return True, ""
@@ -222,7 +227,9 @@ def capacity_ok(ctx: Context, d: MigrationData, batch: Sequence[str], *, old_nod
     new_nodes = [n for n in pool_nodes(kube, d.replacement) if not going_away(n)]
     # A surge replacement has every node from the start: one missing or going away was taken by Azure.
     new_lost = max(0, d.replacement_count - len(new_nodes))
-    baseline = d.gpus_per_node * max(0, (d.nodes_total or len(old_nodes)) - len(d.lost) - new_lost)
+    serving = sum(1 for n in old_nodes if n.name not in drained and gpus(n) > 0)
+    taken = len(drained - set(d.lost))
+    baseline = d.gpus_per_node * max(0, min((d.nodes_total or len(old_nodes)) - len(d.lost), taken + serving) - new_lost)
     new_gpus = sum(gpus(n) for n in new_nodes)
     old_gpus = sum(gpus(n) for n in old_nodes if n.name not in drained and n.name not in batch)
     floor = baseline * policy.capacity_floor_pct / 100.0
@@ -253,7 +260,17 @@ def _next_batch(ctx: Context, record: Record, d: MigrationData, old_nodes: Seque
     batch = remaining[: d.batch_size]
     ok, why = capacity_ok(ctx, d, batch, old_nodes=old_nodes, policy=policy)
     if not ok:
-        return wait(record, now=now, until=now + policy.poll_interval_s, why=why, **changed(d, cordoned=cordoned))
+        # A gate that never opens (the replacement's GPUs lost and never repaired) must not hold the old
+        # pool cordoned for ever with nobody told: after the drain timeout it is an operator's.
+        since = d.capacity_held_since or now
+        if now - since >= policy.drain_timeout_s:
+            return blocked(record, now=now, data=changed(d, cordoned=cordoned),
+                           reason=f"{why}, and has for {int(now - since)}s (MIGRATION_DRAIN_TIMEOUT_S "
+                                  f"{policy.drain_timeout_s}): {d.pool} stays cordoned with {', '.join(remaining)} "
+                                  f"undrained")
+        return wait(record, now=now, until=now + policy.poll_interval_s, why=why,
+                    **changed(d, cordoned=cordoned, capacity_held_since=since))
+    d = msgspec.structs.replace(d, capacity_held_since=0.0)
     # Decide before disrupting: before the first batch, every old node is checked (once: each later
     # batch's drain step still refuses its own nodes before evicting anything).
     refusal = "" if d.drained else drain_preflight(ctx, d, remaining, now=now, policy=policy)

@@ -118,6 +118,7 @@ class MigrationData(msgspec.Struct, kw_only=True):
     shrink_sent: bool = False
     removed: list[str] = []
     lost: dict[str, str] = {}  # node -> why the platform took it (a spot eviction)
+    capacity_held_since: float = 0.0  # when the capacity floor first held the next batch (0 = it does not)
     progress: Progress | None = None
     delete_sent: bool = False
     reason: str = ""  # why it rolls back, or why it is blocked
