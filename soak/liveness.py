@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sim.prometheus.api import STORM_XID
 from soak.generate import GPU_SIZES, T4_FAMILY
 from soak.invariants import Evidence, Violation, _cluster_name, reason
 
@@ -216,7 +217,7 @@ def _gauge_before(evidence: Evidence, action: Mapping[str, Any]) -> int | None:
     """What the node's last-XID gauge showed just before ``action`` (None: nothing, or reset by a reboot since).
 
     ``DCGM_FI_DEV_XID_ERRORS`` holds the last XID until the driver reloads (sim/prometheus/api.py: an XID sets it,
-    an ECC storm logs 48, a reboot resets it), so the same XID again on a node already showing it is no new fault.
+    an ECC storm logs 48, a reboot resets it: ``STORM_XID``), so the same XID again on a node already showing it is no new fault.
     """
     node = (action.get("cluster"), action.get("node"))
     t = float(action["t"])
@@ -225,13 +226,13 @@ def _gauge_before(evidence: Evidence, action: Mapping[str, Any]) -> int | None:
         if a is action or not a.get("ok") or (a.get("cluster"), a.get("node")) != node or float(a["t"]) >= t:
             continue
         if a.get("kind") in ("dcgm-xid", "dcgm-ecc-storm") and float(a["t"]) >= last[0]:
-            last = (float(a["t"]), 48 if a.get("kind") == "dcgm-ecc-storm" else int(a.get("xid", 0)))
+            last = (float(a["t"]), STORM_XID if a.get("kind") == "dcgm-ecc-storm" else int(a.get("xid", 0)))
     for r in evidence.oracles.get("repairs") or []:
         if (r.get("cluster"), r.get("node")) == node and last[0] <= float(r["t"]) < t:
             # the VM rebooted since: the gauge was reset, or shows 48 again under a failing memory's storm
             failing = any(a.get("kind") == "dcgm-ecc-storm" and a.get("ok") and a.get("persist")
                           and (a.get("cluster"), a.get("node")) == node and float(a["t"]) < t for a in evidence.actions)
-            return 48 if failing else None
+            return STORM_XID if failing else None
     return last[1]
 
 

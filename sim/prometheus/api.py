@@ -68,6 +68,9 @@ DBE_VOL = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 DBE_AGG = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
 REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+# The XID the driver logs for a double-bit ECC error ("DBE"; NVIDIA's XID catalog,
+# https://docs.nvidia.com/deploy/xid-errors/): what an ECC storm leaves on the last-XID gauge.
+STORM_XID = 48
 ERROR_COUNTERS = (XID, DBE_VOL, DBE_AGG, REMAP_FAILURE, REMAP_PENDING)
 #: Of ERROR_COUNTERS, those NVIDIA/dcgm-exporter etc/default-counters.csv enables (the managed exporter's file).
 DEFAULT_CSV_COUNTERS = (XID, REMAP_FAILURE)
@@ -209,7 +212,7 @@ class PrometheusModel:
         self._write(g, DBE_VOL, g.value(DBE_VOL) + dbe, at)
         self._write(g, DBE_AGG, g.value(DBE_AGG) + dbe, at)
         self._write(g, REMAP_PENDING, 1.0, at)
-        self._write(g, XID, 48.0, at)
+        self._write(g, XID, float(STORM_XID), at)
 
     def reboot(self, node: str, *, cluster: str = "", at: float | None = None) -> None:
         """A reboot (at ``at``, default now) reloads the driver: the last XID, volatile counts and pending

@@ -7,12 +7,14 @@ Faked (tests/unit/fakes_remediation.py): Kubernetes, ARM, VMSS and Event Grid. R
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
 from shared.drain.settings import DrainSettings
+from shared.kernel.ports import Record
 from shared.remediation import admission, health, vm_actions
 from shared.remediation import records as remediation
 from shared.remediation import steps as remediation_steps
@@ -440,20 +442,20 @@ CRASHES = [("restart heals", {"restart": "heals"}, ("restart", "reimage", "repla
            ("every rung fails", {}, ("restart", "reimage"))]
 
 
-def _drive(fleet: Fleet, *, crash: bool) -> list[str]:
-    """Advance step by step; with ``crash``, every step first runs once and is thrown away unsaved."""
+def _drive(fleet: Fleet, *, crash: bool = False, late: Callable[[Record], float] = lambda _: 0.0) -> list[str]:
+    """Advance the record due first, step by step; with ``crash``, every step first runs once and is thrown away
+    unsaved; each step runs ``late(record)`` seconds after it was due (a crashed host's lease, a late timer)."""
     ctx = fleet.ctx()
     for _ in range(500):
         active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
         if not active:
-            break
-        rec = active[0]
-        if rec.next_at > fleet.clock.now():
-            fleet.clock.advance(rec.next_at - fleet.clock.now())
+            return [r.state for r in records(fleet)]
+        rec = min(active, key=lambda r: (r.next_at, r.id))
+        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + late(rec))
         if crash:
             remediation_steps.advance(rec, ctx)  # the host dies after the step's effects, before the save
         fleet.ledger.save(remediation_steps.advance(rec, ctx))
-    return [r.state for r in records(fleet)]
+    raise AssertionError("the remediations did not settle")
 
 
 def _world(fleet: Fleet) -> tuple:
@@ -508,17 +510,14 @@ def test_time_the_steward_was_away_is_not_counted_against_a_rungs_timeout(ladder
     fleet = one_broken(RemediationPolicy(ladder=ladder, rung_timeouts_s={ladder[0]: 240}))
     fleet.compute.outcomes.update({"restart": "heals"})
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    ctx = fleet.ctx()
     late_steps = 0
-    for _ in range(300):
-        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
-        if not active:
-            break
-        rec = active[0]
-        late = 150.0 if rec.state == State.REPAIRING else 0.0
-        late_steps += late > 0
-        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + late)
-        fleet.ledger.save(remediation_steps.advance(rec, ctx))
+
+    def late(rec: Record) -> float:
+        nonlocal late_steps
+        late_steps += rec.state == State.REPAIRING
+        return 150.0 if rec.state == State.REPAIRING else 0.0
+
+    _drive(fleet, late=late)
     [rec] = records(fleet)
     assert late_steps >= 2 and rec.state == State.DONE, rec.data["last_note"]
     assert rec.data["rung_away_s"] == pytest.approx(min(late_steps * (150.0 - POLICY_POLL), 480.0))
@@ -528,14 +527,7 @@ def test_a_rung_that_never_works_ends_even_when_the_steward_is_late_at_every_ste
     fleet = one_broken(RemediationPolicy(ladder=("restart",), rung_timeouts_s={"restart": 240}))
     fleet.compute.outcomes.update({"restart": "fails"})
     fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    ctx = fleet.ctx()
-    for _ in range(300):
-        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
-        if not active:
-            break
-        rec = active[0]
-        fleet.clock.advance(max(0.0, rec.next_at - fleet.clock.now()) + (150.0 if rec.state == State.REPAIRING else 0))
-        fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    _drive(fleet, late=lambda rec: 150.0 if rec.state == State.REPAIRING else 0.0)
     [rec] = records(fleet)
     assert rec.state == State.GAVE_UP and rec.data["rung_away_s"] == rec.data["away_total_s"] == 480.0
     assert "plus 480s the steward was away" in rec.data["last_note"]
@@ -958,28 +950,12 @@ def _two_broken_in_one_pool(*, quota: int) -> Fleet:
     return fleet
 
 
-def _drive_earliest(fleet: Fleet, *, crash: bool) -> None:
-    """Advance the record due first, step by step; with ``crash`` each step first runs once, unsaved."""
-    ctx = fleet.ctx()
-    for _ in range(500):
-        active = fleet.ledger.list(remediation.KIND, states=sorted(remediation.ACTIVE_STATES))
-        if not active:
-            return
-        rec = min(active, key=lambda r: (r.next_at, r.id))
-        if rec.next_at > fleet.clock.now():
-            fleet.clock.advance(rec.next_at - fleet.clock.now())
-        if crash:
-            remediation_steps.advance(rec, ctx)  # the host dies after the step's effects, before the save
-        fleet.ledger.save(remediation_steps.advance(rec, ctx))
-    raise AssertionError("the remediations did not settle")
-
-
 @pytest.mark.parametrize("crash", [False, True], ids=["straight", "every step crashes once"])
 def test_two_replaces_in_one_pool_run_one_after_the_other(crash: bool) -> None:
     # Soak seed 1040: the first surge finds no quota and falls back to delete-first (count 5 -> 4); a second
     # replace starting meanwhile would surge from the lowered count and both would take its one new node.
     fleet = _two_broken_in_one_pool(quota=0)
-    _drive_earliest(fleet, crash=crash)
+    _drive(fleet, crash=crash)
     recs = records(fleet)
     assert [r.state for r in recs] == [State.DONE, State.DONE]
     first, second = sorted(recs, key=lambda r: r.data["rung_started_at"])
