@@ -169,6 +169,7 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
     clears = {(f["cluster"], f["pool"], f["node_index"], f["type"]): float(f["at"])
               for f in scenario.flips if f.get("status") == "False"}
     claimed: set[tuple[str, str, str, float]] = set()
+    fired = bool(evidence.oracles.get("flips"))
     for flip in scenario.flips:
         if flip.get("status", "True") != "True" or flip["type"] not in configured:
             continue
@@ -176,7 +177,8 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
         if node is None:
             continue  # already True (the same fault, drawn twice), or no node there: nothing new happened
         claimed.add((flip["cluster"], node, flip["type"], float(flip["at"])))
-        cleared = clears.get((flip["cluster"], flip["pool"], flip["node_index"], flip["type"]))
+        cleared = _cleared_at(evidence, flip, node) if fired else \
+            clears.get((flip["cluster"], flip["pool"], flip["node_index"], flip["type"]))
         out.append(Fault("npd", flip["cluster"], flip["pool"], node, start + float(flip["at"]),
                          flip["type"], str(flip.get("fixed_by", "")),
                          None if cleared is None else start + cleared))
@@ -211,6 +213,19 @@ def genuine_faults(evidence: Evidence) -> list[Fault]:
                          float(action["t"]), what, "", _superseded(evidence, action) if kind == "resource-health"
                          else None))
     return out
+
+
+def _cleared_at(evidence: Evidence, flip: Mapping[str, Any], node: str) -> float | None:
+    """When a False flip struck ``node``'s condition after ``flip`` (scenario seconds; None: none did), by the
+    simulator's record of the node each flip struck: a False flip's ``node_index`` is resolved among the pool's
+    nodes when it fires, so after a replacement it clears another node than the True flip of the same index
+    (soak seed 962068: the index-1 clear struck vmss000003, whose fault came from index 2, and the remediation
+    found the condition False before its restart)."""
+    at = float(flip["at"])
+    later = [float(f["at"]) for f in evidence.oracles.get("flips") or []
+             if f.get("status") == "False" and (f.get("cluster"), f.get("node"), f.get("type")) ==
+             (flip["cluster"], node, flip["type"]) and float(f["at"]) > at]
+    return min(later) if later else None
 
 
 def _gauge_before(evidence: Evidence, action: Mapping[str, Any]) -> int | None:

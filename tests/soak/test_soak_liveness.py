@@ -247,6 +247,25 @@ def test_a_flip_is_put_down_to_the_node_the_simulator_says_it_struck() -> None:
     assert {(f.node, f.cure) for f in genuine_faults(already)} == {("n1", "never")}
 
 
+def test_a_clear_is_put_down_to_the_node_the_simulator_says_it_struck_not_to_its_index() -> None:
+    """Seed 962068: after replacements shifted the pool's order, the clear drawn for index 1 struck the node whose
+    fault came from index 2; the remediation found the condition False before its restart and was released."""
+    scenario = _scenario(flips=[_flip(2, fixed_by="never"), _flip(1, at=ONSET + 60, status="False")])
+    released = _rem("released", node="n2", reason="re-read before the restart: UnhealthyNvidiaDevicePlugin is False "
+                                                   "on n2; released, uncordoned if we cordoned it, nothing repaired")
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    struck = {"flips": [{"cluster": "soak1", "pool": "gpu1", "type": DEVICE_PLUGIN, "node_index": 2, "at": ONSET,
+                         "status": "True", "node": "n2"},
+                        {"cluster": "soak1", "pool": "gpu1", "type": DEVICE_PLUGIN, "node_index": 1, "at": ONSET + 60,
+                         "status": "False", "node": "n2"}]}
+    told = _evidence(scenario=scenario, nodes=nodes, turned=[_turned("n2")], oracles=struck,
+                     records={"remediation": [released]})
+    assert _kind(told) == ("cleared", "cleared")
+    elsewhere = {"flips": [struck["flips"][0], {**struck["flips"][1], "node": "n1"}]}  # the clear struck another node
+    assert _kind(_evidence(scenario=scenario, nodes=nodes, turned=[_turned("n2")], oracles=elsewhere,
+                           records={"remediation": [released]}))[1] == "none"
+
+
 @pytest.mark.parametrize(("second", "explained"), [(None, False), ("restart", True), ("replace", True)])
 def test_a_flip_on_a_condition_already_true_draws_the_cure_again_and_explains_a_give_up(second: str | None,
                                                                                      explained: bool) -> None:
