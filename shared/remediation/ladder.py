@@ -30,6 +30,7 @@ from shared.remediation.records import (
     Escalation,
     Event,
     Refusal,
+    RemediationData,
     ReplaceData,
     Rung,
     RungPhase,
@@ -192,11 +193,32 @@ def admitted_vm(ctx: Context, node: NodeView | None, record: Record, *, action: 
 def refuse_untrusted(record: Record, ctx: Context, kube: KubePort, *, now: float,
                      verdict: node_truth.Verdict) -> Transition:
     """End a remediation whose node ARM contradicts: Refused (with the code), a Warning on the node, no
-    VM action. A cordon of ours stays for an operator: the node's identity is in doubt."""
+    VM action. A cordon of ours stays for an operator: the node's identity is in doubt.
+
+    Unless the node is simply gone: no Node of that name in the cluster and no machine of that name in
+    the admitted pool in ARM (or no such pool). Nothing claims anything then; the VM was deleted (its pool
+    migrated or deleted, a scale-down) and the fault went with it, so the remediation is released, "no
+    longer exists", like a node gone before its cordon (soak seed 962203: a migration deleted the old pool
+    while a remediation of one of its nodes waited for its reimage, which then ended "refused (NoSuchPool)"
+    as if the node had lied about its pool)."""
+    if verdict.code in (node_truth.NO_SUCH_POOL, node_truth.NOT_A_MACHINE) and _gone(ctx, kube, load(record)):
+        return end(record, ctx, kube, State.RELEASED, now=now, event=Event.FAILED,
+                   note=f"the node no longer exists, nor its machine in ARM ({verdict.reason}): nothing to repair; "
+                        "no VM was touched")
     return end(record, ctx, kube, State.REFUSED, now=now, event=Event.REFUSED,
                note=f"refused ({verdict.code}): {verdict.reason}; no VM was touched",
                refusal=Refusal(code=verdict.code, reason=verdict.reason),
                extra={"reason_code": verdict.code, "reason": verdict.reason})
+
+
+def _gone(ctx: Context, kube: KubePort, d: RemediationData) -> bool:
+    """No Node named ``d.node`` in the cluster, and ARM lists no machine of that name in ``d.pool``."""
+    if kube.get_node(d.node) is not None:
+        return False
+    aks = ctx.access.aks()
+    if aks.get_pool(d.cluster, d.pool) is None:
+        return True
+    return all(m.name != d.node for m in aks.list_machines(d.cluster, d.pool))
 
 
 def block(record: Record, ctx: Context, kube: KubePort, *, now: float, code: str, reason: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 
 from shared.remediation import records as remediation
 from shared.remediation import steps as remediation_steps
@@ -284,3 +285,36 @@ def test_operation_not_allowed_on_a_node_that_is_gone_escalates_to_replace() -> 
     (rec,) = fleet.ledger.list(remediation.KIND)
     assert refusing.calls == ["restart"]
     assert rec.data["escalation"]["code"] == "OperationNotAllowed" and "not registered" in rec.data["escalation"]["reason"]
+
+
+@pytest.mark.parametrize("gone", ["pool", "machine"])
+def test_a_node_whose_pool_or_machine_was_deleted_under_its_remediation_is_released_not_refused(gone: str) -> None:
+    """Soak seed 962203: a migration deleted the old pool while a remediation of one of its nodes waited to
+    reimage it; the remediation ended "refused (NoSuchPool)", a trust failure for an operator, of a node
+    that simply no longer existed."""
+    from tests.unit.fakes_remediation import CLUSTER
+
+    fleet = _one_broken(RemediationPolicy(ladder=("reimage",)))
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    _step_until_repairing(fleet)
+    if gone == "pool":  # the old pool deleted (its nodes go with it)
+        fleet.aks.pools.pop((CLUSTER.lower(), "gpu"))
+    fleet.kube.remove_node("aks-gpu-1")  # the machine deleted: no Node, and ARM lists no such machine
+    assert run_until_settled(fleet) == [State.RELEASED]
+    assert fleet.compute.writes == []
+    (rec,) = fleet.ledger.list(remediation.KIND)
+    assert "no longer exists" in rec.data["last_note"] and "no VM was touched" in rec.data["last_note"]
+
+
+def test_a_node_still_registered_that_claims_a_pool_arm_does_not_have_is_still_refused() -> None:
+    from shared.fleet import node_truth
+    from tests.unit.fakes_remediation import CLUSTER
+
+    fleet = _one_broken(RemediationPolicy(ladder=("reimage",)))
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    _step_until_repairing(fleet)
+    fleet.aks.pools.pop((CLUSTER.lower(), "gpu"))  # the Node is still there and names the pool
+    assert run_until_settled(fleet) == [State.REFUSED]
+    assert fleet.compute.writes == []
+    (rec,) = fleet.ledger.list(remediation.KIND)
+    assert rec.data["refusal"]["code"] == node_truth.NO_SUCH_POOL
