@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from shared.kernel.ports import Record
+from shared.kernel.ports import NodeView, Record
 from shared.migration.planner import run_planner
 from shared.migration.policy import MigrationPolicy
 from shared.migration.steps import advance
@@ -26,6 +26,18 @@ def without_gpus(world: World, name: str) -> None:
     node = kube.nodes[name]
     kube.nodes[name] = msgspec.structs.replace(
         node, allocatable={k: v for k, v in node.allocatable.items() if k != "nvidia.com/gpu"})
+
+
+def draining_with_a_gpu_less_replacement_node(*, drain_timeout_s: int) -> tuple[World, Record, tuple[str, NodeView]]:
+    """A surge migration in ``draining`` whose first replacement node lost its GPUs (Ready, not going away: a
+    fault, not Azure taking it back); with that node's name and its view before."""
+    world = floor_world(drain_timeout_s=drain_timeout_s)
+    run_planner(world.ctx(), start=False)
+    record = world.drive_direct(world.record(), crash_each_step=False, until="draining")
+    name = min(n for n, node in world.fleet.nodes[world.cid].items() if node.pool == record.data["replacement"])
+    healthy = world.fleet.kube_of(world.cid).nodes[name]
+    without_gpus(world, name)
+    return world, record, (name, healthy)
 
 
 def held_by_the_floor(world: World, record: Record, *, limit: int = 100) -> Record:
@@ -53,22 +65,14 @@ def test_an_old_node_that_never_served_gpus_does_not_hold_the_drain_on_the_capac
 
 
 def test_the_floor_still_holds_a_batch_while_the_replacement_serves_fewer_gpus_than_it_takes() -> None:
-    world = floor_world(drain_timeout_s=3600)
-    run_planner(world.ctx(), start=False)
-    record = world.drive_direct(world.record(), crash_each_step=False, until="draining")
-    new_nodes = sorted(n for n, node in world.fleet.nodes[world.cid].items() if node.pool == record.data["replacement"])
-    without_gpus(world, new_nodes[0])  # Ready, not going away: a fault, not Azure taking it back
+    world, record, _ = draining_with_a_gpu_less_replacement_node(drain_timeout_s=3600)
     held = held_by_the_floor(world, record)
     assert held.state == "draining" and "would drop below the floor 3" in held.data["waiting"], held.data["waiting"]
     assert len(held.data["drained"]) == 2  # 2 replacement GPUs + 1 old node = the floor; the last one waits
 
 
 def test_a_capacity_floor_that_never_opens_blocks_the_migration_at_the_drain_timeout_and_says_why() -> None:
-    world = floor_world(drain_timeout_s=600)
-    run_planner(world.ctx(), start=False)
-    record = world.drive_direct(world.record(), crash_each_step=False, until="draining")
-    new_nodes = sorted(n for n, node in world.fleet.nodes[world.cid].items() if node.pool == record.data["replacement"])
-    without_gpus(world, new_nodes[0])
+    world, record, _ = draining_with_a_gpu_less_replacement_node(drain_timeout_s=600)
     final = world.drive_direct(record, crash_each_step=True, limit=300)
     # Before: the migration waited on the floor for ever, the old pool cordoned and nobody told.
     assert final.state == "blocked", (final.state, final.data.get("waiting"))
@@ -79,16 +83,11 @@ def test_a_capacity_floor_that_never_opens_blocks_the_migration_at_the_drain_tim
 
 
 def test_the_capacity_floor_wait_restarts_its_clock_once_the_gate_opens() -> None:
-    world = floor_world(drain_timeout_s=600)
-    run_planner(world.ctx(), start=False)
-    record = world.drive_direct(world.record(), crash_each_step=False, until="draining")
-    new_nodes = sorted(n for n, node in world.fleet.nodes[world.cid].items() if node.pool == record.data["replacement"])
+    world, record, (name, healthy) = draining_with_a_gpu_less_replacement_node(drain_timeout_s=600)
     kube = world.fleet.kube_of(world.cid)
-    healthy = kube.nodes[new_nodes[0]]
-    without_gpus(world, new_nodes[0])
     held = held_by_the_floor(world, record)
     assert held.data["capacity_held_since"] > 0
-    kube.nodes[new_nodes[0]] = healthy  # repaired within the timeout
+    kube.nodes[name] = healthy  # repaired within the timeout
     final = world.drive_direct(held, crash_each_step=False, limit=300)
     assert final.state == "done", (final.state, final.data.get("reason"))
     assert final.data["capacity_held_since"] == 0.0
