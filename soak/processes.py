@@ -21,6 +21,7 @@ from typing import Any
 from soak.audit import Sampler, active_records, ledger_records
 from soak.generate import SoakScenario
 from soak.invariants import Evidence
+from soak.sweep_watch import QuietGate, SweepWatch
 
 POLL_S = 0.3
 
@@ -84,6 +85,7 @@ class ProcessRun:
                     seq += 1
                     stack.start_host(f"soak-{seq}")
                 kills = list(scenario.kills)
+                gate = QuietGate(SweepWatch(self.state_dir))
                 wall_end = time.monotonic() + self.wall_budget_s
                 self.sampler.sample(client.state())
                 while True:
@@ -101,7 +103,10 @@ class ProcessRun:
                             seq += 1
                             stack.start_host(f"soak-{seq}")
                     active = active_records(ledger) + in_flight_deliveries(client)
-                    if elapsed >= scenario.quiet_after_s and active == 0 and not actions.pending:
+                    # Quiet only once a sweep begun after idle was seen has finished clean and the ledger and
+                    # Event Grid are still idle (soak/sweep_watch.py: seed 962959's hosts had not swept).
+                    if gate.quiet(elapsed >= scenario.quiet_after_s and active == 0 and not actions.pending,
+                                  lambda: active_records(ledger) + in_flight_deliveries(client) == 0):
                         self.log.end_reason = "quiet: no active record"
                         break
                     if elapsed >= scenario.horizon_s:
