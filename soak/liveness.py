@@ -380,6 +380,21 @@ def _cure_drawn_again(evidence: Evidence, fault: Fault, nodes: set[str], rec: An
     return False
 
 
+def _cured_by_a_repair(evidence: Evidence, fault: Fault, rec: Any, true_now: set[str]) -> bool:
+    """Whether a VM repair that cures ``fault`` (the simulator's ``repairs`` oracle: a restart or reimage of its
+    node, at least as strong as the fault's drawn cure: sim/kube/nodes.py ``_repair``) came between the onset and
+    the release of ``rec``, and the condition is not True on the node now. A remediation whose earlier rung cured
+    this condition, and which found the node healthy before its next rung (another condition that failed the
+    verification had cleared meanwhile), is released, not done (soak seed 963316)."""
+    if fault.source != "npd" or fault.cure not in RUNGS:
+        return False
+    if fault.what in true_now:
+        return False
+    return any((r.get("cluster"), r.get("node")) == (fault.cluster, fault.node) and r.get("rung") in RUNGS
+               and RUNGS.index(str(r["rung"])) >= RUNGS.index(fault.cure) and fault.at < float(r["t"]) <= rec.updated_at
+               for r in evidence.oracles.get("repairs") or [])
+
+
 def _after_the_last_rung(rec: Any, fault: Fault) -> bool:
     """Whether ``fault`` struck while ``rec`` was verifying a repair, with no rung acting after it: the ladder
     never ran for it (it made the verification fail, and the remediation ended on it; seed 952067: a
@@ -416,6 +431,8 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
         if last.state == "released":
             if fault.cleared_at is not None or not present or re.search(CLEARED, why, flags=re.IGNORECASE):
                 return Outcome(fault, "cleared", "remediation released", why, "cleared")
+            if _cured_by_a_repair(evidence, fault, last, conditions[key]):
+                return Outcome(fault, "repaired", "remediation released", why, "")
             return Outcome(fault, "handed-over", "remediation released", why, _explained(why, causes))
         if last.state in GIVEN_UP:
             cause = _explained(why, causes)

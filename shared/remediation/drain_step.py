@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from shared.drain.filters import plan_drain
 from shared.drain.runner import DEADLINE_KEY, advance_drain, fetch_pdbs
 from shared.drain.settings import DrainSettings
@@ -22,14 +24,17 @@ from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
     BUDGET_ID,
     BUDGET_KIND,
+    DEDUPE_KIND,
     BudgetData,
     Event,
+    OpMarker,
     Rung,
     RungPhase,
     State,
     decode,
     fields,
     load,
+    op_key,
 )
 
 if TYPE_CHECKING:
@@ -62,9 +67,32 @@ def unconfirmed(record: Record, ctx: Context, kube: KubePort, *, since: float, w
 
 
 def cleared(record: Record, ctx: Context, kube: KubePort, *, why: str, now: float, what: str) -> Transition:
+    """The fault's source says the node is well again before ``what``: release it. The note says whether an
+    earlier rung of this remediation acted, so an operator reading "released" knows if a restart or reimage
+    happened (soak seed 963316: a restart cured the device plugin, another condition failed its verification,
+    and that one cleared by itself before the reimage: the record had said "nothing repaired")."""
     uncordon_if_ours(kube, record)
+    acted = _last_action(ctx, record)
+    done = f"no {what.removeprefix('the ')} needed after the {acted} it did" if acted else "nothing repaired"
     return end(record, ctx, kube, State.RELEASED, now=now, event=Event.RECOVERED,
-               note=f"re-read before {what}: {why}; released, uncordoned if we cordoned it, nothing repaired")
+               note=f"re-read before {what}: {why}; released, uncordoned if we cordoned it, {done}")
+
+
+def _last_action(ctx: Context, record: Record) -> str:
+    """The last rung before the current one whose VM action this remediation requested ("" for none): its
+    operation marker (``op_key``, written before the request) is the proof, not the ladder position, since an
+    escalation skips rungs and a rung may time out before acting."""
+    d = load(record)
+    for index in range(min(d.rung_index, len(d.ladder)) - 1, -1, -1):
+        rung = d.ladder[index]
+        marker = ctx.ledger.get(DEDUPE_KIND, op_key(record.id, index, rung, 1))
+        try:
+            op = decode(marker.data, OpMarker) if marker is not None else None
+        except (msgspec.ValidationError, TypeError, ValueError):
+            op = None
+        if op is not None and op.remediation == record.id:  # its own marker, not a row someone else wrote
+            return str(rung)
+    return ""
 
 
 def drain_settings(ctx: Context, policy: RemediationPolicy) -> DrainSettings:

@@ -505,3 +505,29 @@ def test_a_fault_is_judged_by_the_remediation_of_its_own_condition_not_a_later_o
     healthy = [_node("n0"), _node("n1"), _node("n2")]
     evidence = _evidence(nodes=healthy, records={"remediation": [repaired, later]})
     assert _kind(evidence) == ("repaired", "")
+
+
+@pytest.mark.parametrize(("cure", "repair", "at", "kind"), [
+    ("restart", "restart", ONSET + 60, ("repaired", "")),
+    ("restart", "reimage", ONSET + 60, ("repaired", "")),
+    ("reimage", "restart", ONSET + 60, ("handed-over", "none")),  # a restart does not cure what needs a reimage
+    ("restart", "restart", ONSET - 60, ("handed-over", "none")),  # a repair before the onset cured nothing of it
+    ("restart", None, None, ("handed-over", "none")),
+])
+def test_a_release_after_an_earlier_rung_cured_the_fault_counts_it_repaired(
+        cure: str, repair: str | None, at: float | None, kind: tuple[str, str]) -> None:
+    """Seed 963316: the restart cured the device plugin, another condition failed the verification and cleared by
+    itself before the reimage, and the remediation was released: the fault was repaired by the restart, which
+    only the simulator's ``repairs`` oracle can say (the release's reason is the app's word)."""
+    scenario = _scenario(flips=[_flip(1, fixed_by=cure)])
+    released = _rem("released", reason="re-read before the reimage: UnhealthyNvidiaDCGMServices is False on n1, and "
+                                       "the node is healthy; released, uncordoned if we cordoned it, no reimage "
+                                       "needed after the restart it did")
+    repairs = {"repairs": [{"t": CLOCK_START + at, "cluster": "soak1", "node": "n1", "rung": repair}] if repair else []}
+    healthy = [_node("n0"), _node("n1"), _node("n2")]
+    assert _kind(_evidence(scenario=scenario, nodes=healthy, oracles=repairs, records={"remediation": [released]})) \
+        == kind
+    if kind[0] == "repaired":  # and not while the condition is True on the node at the end
+        still = [_node("n0"), _node("n1", faulty=True), _node("n2")]
+        assert _kind(_evidence(scenario=scenario, nodes=still, oracles=repairs,
+                               records={"remediation": [released]}))[0] == "handed-over"

@@ -208,6 +208,41 @@ def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_
         fleet.clock.advance(verify_window_s(policy))
         rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
         assert rec.state == State.RELEASED, "healthy for a whole window: the fault did clear"
+        assert rec.data["last_note"].endswith("no reimage needed after the restart it did"), rec.data["last_note"]
+
+
+@pytest.mark.parametrize("marker", ["its own", "another remediation's", "none"])
+def test_a_release_before_a_later_rung_says_whether_an_earlier_rung_acted(marker: str) -> None:
+    """Soak seed 963316: the restart cured the device plugin, a second condition failed the verification and then
+    cleared by itself before the reimage; the release said "nothing repaired" of a node restarted minutes before.
+    The note names the earlier rung when this remediation's own operation marker proves it acted, and only then
+    (a marker is a row anyone with the table may write)."""
+    from shared.remediation.records import DEDUPE_KIND, op_key
+
+    policy = RemediationPolicy(ladder=("restart", "reimage"), rung_timeouts_s={"restart": 60, "reimage": 900})
+    fleet = one_broken(policy)
+    fleet.compute.outcomes.update({"restart": "fails", "reimage": "heals"})
+    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
+    ctx = fleet.ctx()
+    [rec] = records(fleet)
+    for _ in range(100):  # until the ladder reaches the reimage, before its action
+        if rec.data.get("rung_index") == 1:
+            break
+        fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
+        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    op = fleet.ledger.get(DEDUPE_KIND, op_key(rec.id, 0, "restart", 1))
+    assert op is not None and [w[0] for w in fleet.compute.writes] == ["restart"]
+    if marker == "another remediation's":
+        fleet.ledger.save(msgspec.structs.replace(op, data={**op.data, "remediation": "someone-else-1"}))
+    elif marker == "none":
+        fleet.ledger.delete(op)
+    fleet.kube.set_condition("aks-gpu-1", DEVICE_PLUGIN, "False", at=fleet.clock.now() - 600)  # long healthy
+    fleet.kube.set_condition("aks-gpu-1", "Ready", "True", at=fleet.clock.now() - 600)
+    fleet.clock.advance(1)
+    rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    assert rec.state == State.RELEASED and [w[0] for w in fleet.compute.writes] == ["restart"]
+    said = "no reimage needed after the restart it did" if marker == "its own" else "nothing repaired"
+    assert rec.data["last_note"].endswith(said), rec.data["last_note"]
 
 
 @pytest.mark.parametrize(("slot", "ends"), [("admission's", State.RELEASED), ("none", State.BLOCKED),
