@@ -255,11 +255,15 @@ def _superseded(evidence: Evidence, action: Mapping[str, Any]) -> float | None:
     """When a later Resource Health injection on the same VM replaced the status this one set (its events set the
     availability and the annotation's class anew: sim/arm/resource_health.py ``_apply``), like a condition's
     False flip: the source itself says something else since (soak seed 961022: a host failure, then a planned
-    maintenance 7.5 s later whose reboot ended Available; ARM said Planned when the crash's event arrived)."""
-    later = [float(a["t"]) for a in evidence.actions
+    maintenance 7.5 s later whose reboot ended Available; ARM said Planned when the crash's event arrived).
+    "Later" is the order the driver performed them in (``evidence.actions`` is its log): two injections drawn
+    for the same instant both happen, one after the other (seed 963818: a host failure and a planned maintenance
+    at t+265 s on one VM; ARM said Planned from then on, and the host failure was never confirmed)."""
+    mine = next((i for i, a in enumerate(evidence.actions) if a is action), -1)
+    later = [float(a["t"]) for i, a in enumerate(evidence.actions)
              if a.get("kind") == "resource-health" and a.get("ok") and a is not action
              and (a.get("cluster"), a.get("node")) == (action.get("cluster"), action.get("node"))
-             and float(a["t"]) > float(action["t"])]
+             and (float(a["t"]) > float(action["t"]) or (float(a["t"]) == float(action["t"]) and i > mine >= 0))]
     return min(later) if later else None
 
 

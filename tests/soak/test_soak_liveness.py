@@ -314,14 +314,19 @@ def test_a_pushed_health_fault_ends_somewhere_or_is_lost(outcome: str, kind: str
     assert bool(check_fault_liveness(evidence)) is (kind == "lost")
 
 
-@pytest.mark.parametrize(("then", "kind"), [(None, "lost"), ("planned-maintenance", "cleared")])
-def test_a_health_fault_a_later_injection_on_the_same_vm_replaced_is_cleared_by_its_source(then: str | None,
-                                                                                         kind: str) -> None:
+@pytest.mark.parametrize(("then", "gap", "performed", "kind"), [
+    (None, 7.5, "after", "lost"), ("planned-maintenance", 7.5, "after", "cleared"),
+    ("planned-maintenance", 0.0, "after", "cleared"), ("planned-maintenance", 0.0, "before", "lost"),
+])
+def test_a_health_fault_a_later_injection_on_the_same_vm_replaced_is_cleared_by_its_source(
+        then: str | None, gap: float, performed: str, kind: str) -> None:
     """Seed 961022: a host failure, then a planned maintenance on the same VM 7.5 s later: ARM said Planned when the
-    crash's event arrived, and the reboot ended Available. Nothing the app did or skipped lost that fault."""
+    crash's event arrived, and the reboot ended Available. Nothing the app did or skipped lost that fault. Seed
+    963818: both at the same instant, performed in that order, the same: "later" is the driver's order."""
     actions = [{**_degraded_host(), "scenario": "host-failure"}]
     if then:
-        actions.append({**_degraded_host(at=ONSET + 7.5), "scenario": then})
+        other = {**_degraded_host(at=ONSET + gap), "scenario": then}
+        actions = [*actions, other] if performed == "after" else [other, *actions]
     evidence = _evidence(scenario=_scenario(flips=[]), actions=actions, turned=[],
                          nodes=[_node("n0"), _node("n1"), _node("n2")])
     [fault] = genuine_faults(evidence)
