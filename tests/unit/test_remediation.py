@@ -171,15 +171,9 @@ def test_a_replacement_still_coming_up_is_waited_for_and_named_when_the_rung_tim
     assert f"{newcomer}, is not healthy (node is not Ready after 600s)" in note and "stays cordoned" not in note
 
 
-@pytest.mark.parametrize("npd_check", ["finds the fault again", "never reports it"])
-def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_check: str) -> None:
-    """A fresh-clone e2e run under load: between a failed restart and the reimage, the node booted again, and
-    the re-read before the reimage met node-problem-detector's start-up ``False`` (every condition published
-    False when NPD starts, the fault True again at its first check) and released the node, fault and all.
-    Healthy is held to the verification's rule: until the node has looked healthy for a whole window since its
-    last transition, the rung waits and reads again."""
-    from shared.remediation.steps import verify_window_s
-
+def _at_the_reimage_after_a_failed_restart() -> tuple[RemediationPolicy, Any, Any, Record]:
+    """A restart,reimage ladder whose restart did not cure the node, stepped until the reimage rung, before its
+    action: the policy, the fleet, its context and the record."""
     policy = RemediationPolicy(ladder=("restart", "reimage"), rung_timeouts_s={"restart": 60, "reimage": 900})
     fleet = one_broken(policy)
     fleet.compute.outcomes.update({"restart": "fails", "reimage": "heals"})
@@ -191,6 +185,19 @@ def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_
             break
         fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
         rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    return policy, fleet, ctx, rec
+
+
+@pytest.mark.parametrize("npd_check", ["finds the fault again", "never reports it"])
+def test_a_start_up_false_before_a_later_rung_is_no_proof_the_fault_cleared(npd_check: str) -> None:
+    """A fresh-clone e2e run under load: between a failed restart and the reimage, the node booted again, and
+    the re-read before the reimage met node-problem-detector's start-up ``False`` (every condition published
+    False when NPD starts, the fault True again at its first check) and released the node, fault and all.
+    Healthy is held to the verification's rule: until the node has looked healthy for a whole window since its
+    last transition, the rung waits and reads again."""
+    from shared.remediation.steps import verify_window_s
+
+    policy, fleet, ctx, rec = _at_the_reimage_after_a_failed_restart()
     assert (rec.state, rec.data["rung_phase"]) == (State.REPAIRING, "start")
     booted = fleet.clock.now()  # the node just booted again: Ready and NPD's start-up False, both fresh
     fleet.kube.set_condition("aks-gpu-1", "Ready", "True", at=booted)
@@ -219,17 +226,7 @@ def test_a_release_before_a_later_rung_says_whether_an_earlier_rung_acted(marker
     (a marker is a row anyone with the table may write)."""
     from shared.remediation.records import DEDUPE_KIND, op_key
 
-    policy = RemediationPolicy(ladder=("restart", "reimage"), rung_timeouts_s={"restart": 60, "reimage": 900})
-    fleet = one_broken(policy)
-    fleet.compute.outcomes.update({"restart": "fails", "reimage": "heals"})
-    fleet.handle(unhealthy_event("aks-gpu-1", fleet=fleet))
-    ctx = fleet.ctx()
-    [rec] = records(fleet)
-    for _ in range(100):  # until the ladder reaches the reimage, before its action
-        if rec.data.get("rung_index") == 1:
-            break
-        fleet.clock.advance(max(1.0, rec.next_at - fleet.clock.now()))
-        rec = fleet.ledger.save(remediation_steps.advance(rec, ctx))
+    _, fleet, ctx, rec = _at_the_reimage_after_a_failed_restart()
     op = fleet.ledger.get(DEDUPE_KIND, op_key(rec.id, 0, "restart", 1))
     assert op is not None and [w[0] for w in fleet.compute.writes] == ["restart"]
     if marker == "another remediation's":
