@@ -409,6 +409,18 @@ def _after_the_last_rung(rec: Any, fault: Fault) -> bool:
     return rec.created_at < fault.at <= rec.updated_at and verifying and not acted_after
 
 
+def _handed_back_before(evidence: Evidence, rec: Any, fault: Fault) -> bool:
+    """Whether the node was uncordoned after ``rec`` began and before ``fault`` struck: a remediation lifts its
+    cordon only as its last act (verified, released, or stopping because someone else uncordoned it:
+    shared/remediation/steps.py, drain_step.py), so a fault after that is a new one for the sweep, whatever the
+    record's save says later (soak seed 964530: a reimage verified and uncordoned the node at t+153 s, its host
+    died before the save, a DCGM-services fault struck at t+240 s, and the record was saved ``done`` by the
+    recovering run at t+269 s; the sweep met the new fault and the breaker refused it). The sampler sees an
+    uncordon between two of its steps, so it counts only when the step before it came after the record began."""
+    return any((str(u["cluster"]), str(u["node"])) == (fault.cluster, fault.node)
+               and float(u["prev_t"]) >= rec.created_at and float(u["t"]) <= fault.at for u in evidence.uncordons)
+
+
 def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None,
           conditions: Mapping[tuple[str, str], set[str]] | None = None, faults: list[Fault] | None = None) -> Outcome:
     """Where ``fault`` ended (see the module docstring); ``faults``: every genuine fault of the run."""
@@ -418,7 +430,8 @@ def judge(evidence: Evidence, fault: Fault, *, causes: list[Cause] | None = None
     present = key in conditions
     rems = sorted((r for r in evidence.records.get("remediation", [])
                    if (_cluster_name(str(r.data.get("cluster", ""))), str(r.data.get("node", ""))) == key
-                   and r.updated_at >= fault.at), key=lambda r: (r.created_at, r.id))
+                   and r.updated_at >= fault.at and not _handed_back_before(evidence, r, fault)),
+                  key=lambda r: (r.created_at, r.id))
     if rems:
         # The remediation of this very condition speaks for it, when there is one: a later one for another
         # condition on the node (released because that one cleared) says nothing of this fault (seed 953189).

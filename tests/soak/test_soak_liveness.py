@@ -536,3 +536,30 @@ def test_a_release_after_an_earlier_rung_cured_the_fault_counts_it_repaired(
         still = [_node("n0"), _node("n1", faulty=True), _node("n2")]
         assert _kind(_evidence(scenario=scenario, nodes=still, oracles=repairs,
                                records={"remediation": [released]}))[0] == "handed-over"
+
+
+def _uncordoned(at: float, *, node: str = "n1", step: float = 20.0) -> dict[str, Any]:
+    return {"t": CLOCK_START + at, "prev_t": CLOCK_START + at - step, "cluster": "soak1", "node": node, "unhealthy": []}
+
+
+@pytest.mark.parametrize(("uncordoned", "kind"), [
+    ([_uncordoned(ONSET - 87)], ("handed-over", "breaker")),  # its repair ended before the fault: a new fault
+    ([_uncordoned(ONSET + 20)], ("lost", "none")),  # uncordoned after the fault struck: the record answers for it
+    ([_uncordoned(ONSET - 125, step=10)], ("lost", "none")),  # seen in a step begun before it: not its uncordon
+    ([_uncordoned(ONSET - 87, node="n2")], ("lost", "none")),  # another node's
+    ([], ("lost", "none")),
+])
+def test_a_remediation_that_handed_the_node_back_before_the_fault_struck_does_not_answer_for_it(
+        uncordoned: list[dict[str, Any]], kind: tuple[str, str]) -> None:
+    """Seed 964530: a reimage verified and uncordoned the node at t+153 s, its host died before the save, a
+    DCGM-services fault struck at t+240 s and the recovering run saved the record ``done`` at t+269 s. The sweep met
+    the new fault, and the fleet breaker refused it: that refusal is its answer, not the earlier record."""
+    earlier = Record(kind="remediation", id="r-n1", state="done", created_at=CLOCK_START + ONSET - 127,
+                     updated_at=CLOCK_START + ONSET + 29,
+                     data={"cluster": CLUSTER_ID, "node": "n1", "pool": "gpu1",
+                           "condition": "UnhealthyNvidiaDCGMServices",
+                           "reason": "recovered: an earlier run of this step verified the repair and uncordoned the "
+                                     "node, and its save was lost; anything the node shows since is a new fault"})
+    evidence = _evidence(uncordons=uncordoned, records={"remediation": [earlier],
+                                                        "dedupe": [_refused("breaker", at=ONSET + 51)]})
+    assert _kind(evidence) == kind
