@@ -507,7 +507,9 @@ def _overwritten(evidence: Evidence, fault: Fault) -> bool:
     shown as ``overwritten`` in the outcome table (a limit, not a repair). An ECC storm is the same: of its
     counters, the managed exporter's default CSV exports only the XID gauge (XID 48; the DBE counters and the
     pending remap are not in it: shared/remediation/dcgm_provenance.py ``DEFAULT_CSV_COUNTERS``), so a later XID
-    on the node overwrites the storm's only trace (soak seed 961562: XID 43 55 s after a storm)."""
+    on the node overwrites the storm's only trace (soak seed 961562: XID 43 55 s after a storm). An XID
+    replaced after a window confirmed it is not this: the app still acts on it (shared/remediation/
+    dcgm_recheck.py ``masked``; soak seed 964797), and the oracle still asks that it does."""
     from soak.signals import DCGM_CONFIRM_S
 
     if fault.source != "dcgm" or not fault.what.startswith(("XID", "ECC storm")):

@@ -210,5 +210,5 @@ class PrometheusMetrics:
     def __init__(self, client: PrometheusClient) -> None:
         self.client = client
 
-    def query(self, promql: str) -> list[Sample]:
-        return list(self.client.query(promql).samples)
+    def query(self, promql: str, *, at: float | None = None) -> list[Sample]:
+        return list(self.client.query(promql, at=at).samples)

@@ -377,9 +377,10 @@ class Sample(msgspec.Struct, frozen=True):
 class MetricsPort(Protocol):
     """One Azure Monitor workspace's PromQL query endpoint (shared/adapters/prometheus.py)."""
 
-    def query(self, promql: str) -> list[Sample]:
-        """One instant query. Only a complete answer returns: an error, an outage or a partial answer
-        (the server's ``warnings``) raises, so an empty list really means "no series matched"."""
+    def query(self, promql: str, *, at: float | None = None) -> list[Sample]:
+        """One instant query, evaluated at ``at`` (unix seconds; the server's now when None: the Prometheus
+        HTTP API's ``time`` parameter). Only a complete answer returns: an error, an outage or a partial
+        answer (the server's ``warnings``) raises, so an empty list really means "no series matched"."""
 
 
 class ClusterAccess(Protocol):

@@ -82,12 +82,15 @@ class DcgmNodeData(msgspec.Struct, kw_only=True):
     """``Record.data`` of a ``dcgm-node`` row: what the sweeps remember about one node's counters.
 
     ``seen``: signal key -> when a sweep first saw it (the fault's ``since``); ``baselines``: GPU ->
-    the lifetime double-bit ECC count accepted as already known."""
+    the lifetime double-bit ECC count accepted as already known; ``confirmed``: XID key -> when a sweep's
+    window query first held for that sighting (what shows a later-replaced XID was real:
+    shared.remediation.dcgm_recheck ``masked``)."""
 
     cluster: str
     node: str
     seen: dict[str, float] = {}
     baselines: dict[str, float] = {}
+    confirmed: dict[str, float] = {}
 
 
 @dataclass(frozen=True)
@@ -405,8 +408,12 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
     now = ctx.clock.now()
     data = _load(rec, cluster_id, node)
     observed, baselines = judge(readings, baselines=data.baselines, overrides=ctx.settings.xid_overrides)
+    showing = {o.metric for o in observed}
+    if any(r.metric == sp.XID_METRIC and sp.xid_of(r.value) is not None for r in readings):
+        showing.add(sp.XID_METRIC)  # any XID, even one the table ignores: it may have replaced a kept one
+    shown = {o.key for o in observed}
     view: NodeView | None = None
-    if observed:
+    if observed or any(k not in shown and _metric_of(k) in showing for k in data.seen):
         view = _verified(ctx, group, cluster_id, node, policy=policy, refused=refused)
         if view is None:
             return  # nothing of an unverified node is remembered or counted
@@ -418,13 +425,13 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
         if view is None:
             return
     seen = {o.key: data.seen.get(o.key, now) for o in observed}  # a key no longer seen is forgotten ...
-    showing = {o.metric for o in observed}
     for key, first in data.seen.items():
         if key not in seen and _metric_of(key) in showing:
-            # ... unless the same counter shows another fault now: a GPU's last-XID gauge that flips between
+            # ... unless the same counter shows another XID now: a GPU's last-XID gauge that flips between
             # two faulty values (copies that alternate, one forged: soak seed 952019) still shows a fault, and
             # forgetting each value at every flip would restart its threshold for ever; kept, the value comes
             # due when it shows again, and the window re-check judges every sample and copy as for any fault.
+            # A later XID, even one the table ignores, may also have replaced a confirmed fault (dcgm_recheck.replaced_due).
             seen[key] = first
     for o in observed:
         handling = attempts.handling(ctx, cluster_id, node, fault_id(cluster_id, node, o.key, data.seen[o.key])) \
@@ -439,9 +446,8 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
             # still there after its remediation ended (the reset did not hold, or no sweep saw the gap):
             # a new fault, first seen now, which the re-check may escalate (restart, then replace)
             seen[o.key] = now
-    changed = seen != data.seen or baselines != data.baselines
-    if changed and not _store(ctx, rec, msgspec.structs.replace(data, seen=seen, baselines=baselines), now=now):
-        return  # another host judged this node at the same time: its row wins, this node waits a sweep
+    # a confirmation belongs to one sighting: a key forgotten or first seen anew has none yet
+    confirmed = {k: t for k, t in data.confirmed.items() if k in seen and seen[k] == data.seen.get(k)}
     due: list[Observed] = []
     for o in observed:
         if o.key not in seen:
@@ -453,9 +459,28 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
         else:
             result.pending += 1
             result.next_check = crosses if result.next_check is None else min(result.next_check, crosses)
-    if not due or view is None:
+    replaced: list[Observed] = []
+    if view is not None:
+        if due:
+            due = _confirmed(ctx, group, cluster_id, node, due, refused=refused, result=result)
+            for o in due:
+                if o.metric == sp.XID_METRIC:
+                    confirmed.setdefault(o.key, now)  # when its window first held: what _replaced re-asks
+        from shared.remediation.dcgm_recheck import replaced_due  # it builds on this module
+
+        target = next(t for t in group.targets if t.cluster_id.lower() == cluster_id.lower())
+        replaced, gone = replaced_due(ctx, target, cluster_id, node, seen, confirmed=confirmed, shown=shown,
+                                      policy=policy, baselines=baselines, errors=result.errors)
+        for key in gone:
+            seen.pop(key, None)
+            confirmed.pop(key, None)
+    changed = seen != data.seen or baselines != data.baselines or confirmed != data.confirmed
+    if changed and not _store(ctx, rec, msgspec.structs.replace(data, seen=seen, baselines=baselines,
+                                                                confirmed=confirmed), now=now):
+        return  # another host judged this node at the same time: its row wins, this node waits a sweep
+    if view is None:
         return
-    due = _confirmed(ctx, group, cluster_id, node, due, refused=refused, result=result)
+    due = [*due, *replaced]
     for o in due:  # the breaker counts a fault only once its window confirms it, never a pending sighting
         if o.acts:
             key = node_key(cluster_id, node)

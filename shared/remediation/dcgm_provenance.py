@@ -41,6 +41,7 @@ Who else can write a series that carries ``job="dcgm-exporter"`` and a node's na
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -153,11 +154,13 @@ def sweep_query(target: PrometheusTarget, metrics: Iterable[str]) -> str:
     return f'{{__name__=~"{names}", job={_quoted(target.job)}}}'
 
 
-def window_query(target: PrometheusTarget, metric: str, node: str) -> str:
-    """The lowest value of every sample of one node's ``metric`` over the target's window: a fault
-    counts only if it held in all of them (a forged copy interleaved with the exporter's healthy
-    samples does not). ``*_over_time`` drops the metric name, so one query per metric."""
+def window_query(target: PrometheusTarget, metric: str, node: str, *, span_s: float | None = None) -> str:
+    """The lowest value of every sample of one node's ``metric`` over the target's window (or the last
+    ``span_s`` seconds, whole seconds, at least one): a fault counts only if it held in all of them (a
+    forged copy interleaved with the exporter's healthy samples does not). ``*_over_time`` drops the metric
+    name, so one query per metric."""
     where = [f"__name__={_quoted(metric)}", f"job={_quoted(target.job)}", f"{target.node_label}={_quoted(node)}"]
     if target.cluster_label:
         where.append(f"{target.cluster_label}={_quoted(target.cluster_value)}")
-    return f"min_over_time({{{', '.join(where)}}}[{int(target.window_s)}s])"
+    seconds = int(target.window_s) if span_s is None else max(1, math.ceil(span_s))
+    return f"min_over_time({{{', '.join(where)}}}[{seconds}s])"

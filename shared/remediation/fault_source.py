@@ -53,7 +53,7 @@ def present(ctx: Context, d: RemediationData, node: NodeView, *, same_instance: 
             from shared.remediation import dcgm_recheck
 
             return dcgm_recheck.still_present(ctx, cluster_id=d.cluster, node=d.node, key=d.condition,
-                                              labels=node.labels)
+                                              labels=node.labels, since=d.since_ts or None)
         if signal == SignalSource.RESOURCE_HEALTH:
             from shared.remediation import health_events
 

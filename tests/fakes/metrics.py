@@ -24,13 +24,14 @@ class FakeWorkspace:
         self.queries: list[str] = []
         self.error: Exception | None = None
 
-    def query(self, promql: str) -> list[Sample]:
+    def query(self, promql: str, *, at: float | None = None) -> list[Sample]:
+        """``at``: the evaluation time (the test's clock when None), as the HTTP API's ``time`` parameter."""
         self.queries.append(promql)
         if self.error is not None:
             raise self.error
         try:
             query = parse(promql)
-            at = self.now()
+            at = self.now() if at is None else at
             return [Sample(labels=labels, value=v, at=at) for labels, v in evaluate(query, self.model.writers(), at=at)]
         except PromQLError as exc:
             raise Invalid(f"HTTP 400 bad_data {exc}", code="bad_data") from None

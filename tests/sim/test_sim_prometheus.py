@@ -150,6 +150,31 @@ def test_reboot_resets_volatile_values_and_removal_leaves_no_series(model: Prome
     assert _result(_get(api, 'DCGM_FI_DEV_XID_ERRORS{Hostname="aks-gpu-0"}')) == {}
 
 
+def test_the_gauge_keeps_the_last_xid_and_a_query_at_a_past_time_answers_as_the_workspace_was(
+        model: PrometheusModel, clock: Clock) -> None:
+    """``DCGM_FI_DEV_XID_ERRORS`` is the "value of the last XID error encountered" (dcgm-exporter
+    etc/default-counters.csv): a later XID replaces an earlier one, a reboot reads 0; the query API's ``time``
+    parameter evaluates at that moment (Prometheus HTTP API), over samples the workspace keeps (18 months:
+    learn.microsoft.com/azure/azure-monitor/metrics/prometheus-metrics-overview)."""
+    api = _api(model, clock)
+    xid = 'DCGM_FI_DEV_XID_ERRORS{instance="aks-gpu-0",gpu="0"}'
+    lowest = 'min_over_time(DCGM_FI_DEV_XID_ERRORS{instance="aks-gpu-0",gpu="0"}[%ds])'
+    model.inject_xid("aks-gpu-0", 0, 48, cluster="c1")
+    clock.t = NOW + 120
+    model.inject_xid("aks-gpu-0", 0, 13, cluster="c1")
+    clock.t = NOW + 300
+    assert list(_result(_get(api, xid), at=NOW + 300).values()) == ["13"]
+    assert list(_result(_get(api, xid, time=str(NOW + 90)), at=NOW + 90).values()) == ["48"]
+    assert list(_result(_get(api, lowest % 90, time=str(NOW + 90)), at=NOW + 90).values()) == ["48"]
+    assert list(_result(_get(api, lowest % 210), at=NOW + 300).values()) == ["13"]  # never 0 since NOW + 90
+    model.reboot("aks-gpu-0", cluster="c1")
+    clock.t = NOW + 330
+    model.inject_xid("aks-gpu-0", 0, 13, cluster="c1")
+    clock.t = NOW + 420
+    assert list(_result(_get(api, xid), at=NOW + 420).values()) == ["13"]
+    assert list(_result(_get(api, lowest % 330), at=NOW + 420).values()) == ["0"]  # the reset shows
+
+
 def test_one_label_set_is_one_series_and_min_over_time_sees_every_writer(model: PrometheusModel, clock: Clock) -> None:
     """A forged copy with the exporter's exact labels interleaves with its samples (same labels = same series)."""
     forged = model.add_scraped("", exposed={"__name__": "DCGM_FI_DEV_XID_ERRORS", "job": "dcgm-exporter",

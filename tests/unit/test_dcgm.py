@@ -426,3 +426,114 @@ def test_a_storm_is_one_remediation_decided_by_the_fault_that_asks_the_most() ->
     assert sorted(outcomes.values()).count(admission.Handling.ADMITTED) == 1
     [record] = fleet.ledger.list(KIND)
     assert record.data["ladder"] == ["restart", "replace"]
+
+
+# --------------------------------------------------------------------------- an XID a later XID replaced
+def _storm_confirmed_then_replaced(fleet: DcgmFleet, *, later_xid: int = 13) -> tuple[str, dict[str, Any]]:
+    """Soak seed 964797's story: an ECC storm's XID 48 is confirmed and published; then an application's
+    XID (13: the table ignores it) replaces it on the last-XID gauge, and a whole window passes (the event
+    is still on its way: Event Grid delivered it 300 s late)."""
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    model.ecc_storm(node, 0, cluster="c1")
+    fleet.sweep_twice()
+    [event] = [e for e in fleet.unhealthy() if e["data"]["condition"] == "Xid48"]
+    fleet.events.published.clear()
+    fleet.clock.advance(30)
+    model.inject_xid(node, 0, later_xid, cluster="c1")
+    fleet.clock.advance(270)
+    return node, event
+
+
+def test_an_xid_a_later_xid_replaced_after_it_was_confirmed_is_admitted_when_its_event_comes_late() -> None:
+    fleet = DcgmFleet()
+    node, event = _storm_confirmed_then_replaced(fleet)
+    handled = admission.handle_event(event, fleet.ctx())
+    assert handled.outcome == admission.Handling.ADMITTED, handled
+    [record] = fleet.ledger.list(KIND)
+    assert (record.data["node"], record.data["condition"]) == (node, "Xid48")
+    assert "a later XID has replaced it" in record.data["signal_detail"], record.data["signal_detail"]
+
+
+def test_the_sweep_publishes_an_xid_a_later_xid_replaced_again_until_it_is_handled() -> None:
+    """The events were lost, or refused: the sweep keeps saying so while the workspace stands behind it."""
+    fleet = DcgmFleet()
+    node, event = _storm_confirmed_then_replaced(fleet)
+    sweep.sweep(fleet.ctx())
+    [again] = fleet.unhealthy()
+    assert (again["data"]["node"], again["data"]["condition"], again["data"]["since"], again["id"]) == (
+        node, "Xid48", event["data"]["since"], event["id"])
+    assert admission.handle_event(again, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    fleet.events.published.clear()
+    sweep.sweep(fleet.ctx())  # handled: its remediation's own re-reads decide from now on
+    assert fleet.unhealthy() == []
+
+
+def test_a_remediation_of_a_replaced_xid_finds_its_fault_still_there_until_a_reset() -> None:
+    fleet = DcgmFleet()
+    node, event = _storm_confirmed_then_replaced(fleet)
+    assert admission.handle_event(event, fleet.ctx()).outcome == admission.Handling.ADMITTED
+    [record] = fleet.ledger.list(KIND)
+    since = record.data["since_ts"]
+    present, why = dcgm_recheck.still_present(fleet.ctx(), cluster_id=CLUSTER, node=node, key="Xid48", since=since)
+    assert present is True, why
+    fleet.workspace.model.reboot(node, cluster="c1")  # the restart: the driver reloads, the gauge reads 0
+    fleet.clock.advance(30)
+    fleet.workspace.model.inject_xid(node, 0, 13, cluster="c1")  # and an application errs again at once
+    fleet.clock.advance(120)
+    present, why = dcgm_recheck.still_present(fleet.ctx(), cluster_id=CLUSTER, node=node, key="Xid48", since=since)
+    assert present is False, why
+
+
+def test_an_xid_replaced_after_a_reset_is_gone_and_forgotten() -> None:
+    fleet = DcgmFleet()
+    model = fleet.workspace.model
+    node, event = _storm_confirmed_then_replaced(fleet)
+    model.reboot(node, cluster="c1")  # someone reset the GPU before the event came: the gauge read 0
+    fleet.clock.advance(30)
+    model.inject_xid(node, 0, 13, cluster="c1")
+    fleet.clock.advance(120)
+    handled = admission.handle_event(event, fleet.ctx())
+    assert handled.outcome == admission.Handling.IGNORED, handled
+    sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == [] and fleet.ledger.list(KIND) == []
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is not None and "Xid48" not in row.data["seen"] and "Xid48" not in row.data["confirmed"]
+
+
+def test_an_xid_replaced_before_any_sweep_confirmed_it_is_not_acted_on() -> None:
+    """The gauge keeps only the last XID: one replaced within its threshold was never confirmed by a window,
+    and nothing proves it now (soak seed 950079: the limit of a design that resists forged series)."""
+    fleet = DcgmFleet()
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    model.ecc_storm(node, 0, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    fleet.clock.advance(THRESHOLD / 2)
+    model.inject_xid(node, 0, 13, cluster="c1")
+    for _ in range(4):
+        fleet.clock.advance(THRESHOLD / 2)
+        sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == [] and fleet.ledger.list(KIND) == []
+
+
+def test_a_row_claiming_a_confirmation_the_workspace_never_saw_admits_nothing() -> None:
+    """A ``dcgm-node`` row is only a claim (anyone with the storage role can write one): the gauge read only an
+    application's XID 13, and a row says XID 48 was first seen and confirmed before it."""
+    fleet = DcgmFleet()
+    model, node = fleet.workspace.model, fleet.nodes[0]
+    model.inject_xid(node, 0, 13, cluster="c1")
+    sweep.sweep(fleet.ctx())
+    first = fleet.clock.now()
+    row = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert row is None  # an ignored XID alone leaves nothing to remember
+    fleet.ledger.create(dcgm.Record(kind=dcgm.DCGM_KIND, id=dcgm.node_key(CLUSTER, node), state="known", data={
+        "cluster": CLUSTER, "node": node, "seen": {"Xid48": first}, "confirmed": {"Xid48": first + THRESHOLD}},
+        created_at=first))
+    fleet.clock.advance(THRESHOLD + 60)
+    sweep.sweep(fleet.ctx())
+    assert fleet.unhealthy() == []
+    stored = fleet.ledger.get(dcgm.DCGM_KIND, dcgm.node_key(CLUSTER, node))
+    assert stored is not None and "Xid48" not in stored.data["seen"]  # the workspace did not bear it out
+    forged = {"id": "forged", "source": fleet.settings().event_source, "type": UNHEALTHY_EVENT, "data": {
+        "cluster": CLUSTER, "node": node, "condition": "Xid48", "signal": "dcgm", "since": iso(first)}}
+    assert admission.handle_event(forged, fleet.ctx()).outcome == admission.Handling.IGNORED
+    assert fleet.ledger.list(KIND) == []

@@ -29,7 +29,7 @@ class _Workspace:
     def __init__(self, answers: dict[str, list[Any]]) -> None:
         self.answers = answers
 
-    def query(self, promql: str) -> list[Any]:
+    def query(self, promql: str, *, at: float | None = None) -> list[Any]:
         return next((v for k, v in self.answers.items() if k in promql), [])
 
 
