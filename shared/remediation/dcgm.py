@@ -360,6 +360,10 @@ def sweep(ctx: Context, clusters: Iterable[Any], *, policy: RemediationPolicy,
     return result
 
 
+def _target(group: _Group, cluster_id: str) -> PrometheusTarget:
+    return next(t for t in group.targets if t.cluster_id.lower() == cluster_id.lower())
+
+
 def _confirmed(ctx: Context, group: _Group, cluster_id: str, node: str, due: list[Observed], *,
                refused: dcgm_reports.Refusals, result: DcgmSweep) -> list[Observed]:
     """The due faults that hold in every sample and copy over the window (the admission's own question,
@@ -367,7 +371,7 @@ def _confirmed(ctx: Context, group: _Group, cluster_id: str, node: str, due: lis
     is counted ``contested`` here and never becomes an Unhealthy event."""
     from shared.remediation.dcgm_recheck import window_readings  # it builds on this module
 
-    target = next(t for t in group.targets if t.cluster_id.lower() == cluster_id.lower())
+    target = _target(group, cluster_id)
     try:
         readings = window_readings(ctx, target, node)
     except StewardError as exc:
@@ -465,11 +469,10 @@ def _sweep_node(ctx: Context, group: _Group, cluster_id: str, node: str, reading
             due = _confirmed(ctx, group, cluster_id, node, due, refused=refused, result=result)
             for o in due:
                 if o.metric == sp.XID_METRIC:
-                    confirmed.setdefault(o.key, now)  # when its window first held: what _replaced re-asks
+                    confirmed.setdefault(o.key, now)  # when its window first held: what replaced_due re-asks
         from shared.remediation.dcgm_recheck import replaced_due  # it builds on this module
 
-        target = next(t for t in group.targets if t.cluster_id.lower() == cluster_id.lower())
-        replaced, gone = replaced_due(ctx, target, cluster_id, node, seen, confirmed=confirmed, shown=shown,
+        replaced, gone = replaced_due(ctx, _target(group, cluster_id), cluster_id, node, seen, confirmed=confirmed, shown=shown,
                                       policy=policy, baselines=baselines, errors=result.errors)
         for key in gone:
             seen.pop(key, None)

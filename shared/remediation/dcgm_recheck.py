@@ -19,7 +19,7 @@ from shared.kernel.timefmt import iso, parse_time
 from shared.remediation import admission, attempts, health
 from shared.remediation import dcgm_provenance as prov
 from shared.remediation import signal_policy as sp
-from shared.remediation.dcgm import DCGM_KIND, SIGNAL, Observed, Reading, _load, judge, readings_by_node
+from shared.remediation.dcgm import DCGM_KIND, SIGNAL, Observed, Reading, _load, _metric_of, judge, readings_by_node
 from shared.remediation.dcgm_config import PrometheusTarget
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import fault_id, node_key
@@ -40,7 +40,7 @@ def window_readings(ctx: Context, target: PrometheusTarget, node: str, *, at: fl
     workspace = ctx.access.metrics(target.endpoint)
     for metric in metrics or target.counters:
         query = prov.window_query(target, metric, node, span_s=span_s)
-        samples = workspace.query(query) if at is None else workspace.query(query, at=at)
+        samples = workspace.query(query, at=at)
         found, _ = readings_by_node(samples, [target], metric=metric)
         readings.extend(found.get((target.cluster_id, node), []))
     return readings
@@ -70,7 +70,7 @@ def masked(ctx: Context, target: PrometheusTarget, node: str, key: str, *, since
       reset (a reboot, a GPU reset) and the GPU never vanished from the workspace.
 
     Returns the observation as it was confirmed, with why; None with why not. Raises the adapter's errors."""
-    if not key.startswith("Xid"):
+    if _metric_of(key) != sp.XID_METRIC:
         return None, f"{key} is not a last-XID value: nothing replaces it"
     if confirmed is None:
         return None, f"no sweep confirmed {key} on {node} before it was replaced"
@@ -105,7 +105,7 @@ def replaced_due(ctx: Context, target: PrometheusTarget, cluster_id: str, node: 
     out: list[Observed] = []
     gone: set[str] = set()
     for key, first in sorted(seen.items()):
-        if key in shown or not key.startswith("Xid") or key not in confirmed:
+        if key in shown or _metric_of(key) != sp.XID_METRIC or key not in confirmed:
             continue
         if attempts.handling(ctx, cluster_id, node, fault_id(cluster_id, node, key, first)):
             continue  # remediated, or being remediated: its own re-reads decide
