@@ -26,7 +26,7 @@ from shared.fleet import node_fate, node_truth, scope
 from shared.kernel.errors import Conflict, Forbidden, NotFound
 from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.timefmt import iso, parse_time
-from shared.remediation import breaker, budget, health, pool_view
+from shared.remediation import attempts, breaker, budget, health, pool_view
 from shared.remediation.notify import metric, publish_now
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
@@ -38,7 +38,6 @@ from shared.remediation.records import (
     KIND,
     NODE_KIND,
     UNHEALTHY_EVENT,
-    Attempt,
     BudgetData,
     Event,
     NodeData,
@@ -61,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("steward.remediation")
 
 SLOT_ORPHAN_S = 300.0  # a slot whose record never appeared is dropped after this
+_FOREIGN_IDS = 20  # rows no admission made, stepped over at a node's next attempt ids (forged rows: a few)
 _ADMIT_TRIES = 6
 
 
@@ -334,6 +334,27 @@ def _live_slots(ctx: Context, slots: Mapping[str, Slot], now: float) -> dict[str
     return live
 
 
+def _next_attempt(ctx: Context, nk: str, number: int, *, cluster: str, node: str) -> tuple[int, Record | None]:
+    """From ``number`` on, the first attempt number whose row is free or admission's own, with that row
+    (``(0, None)`` when none of the next :data:`_FOREIGN_IDS` is).
+
+    A row at a node's next ids that no admission made (written straight into the table: no creation slot,
+    not on the node's row) is stepped over, never adopted: adopting it would charge the node an attempt it
+    never had, mark that row's fault handled, and make it the node's last attempt, so the check for one in
+    progress would read it and miss the genuine remediation still running (soak seed 965691: two admitted on
+    one node). Admission's own row there is one whose host died before noting it: its slot still proves it
+    (the row's first step notes it otherwise, :func:`attempts.note_if_admitted`)."""
+    slots: dict[str, Slot] | None = None
+    for n in range(number, number + _FOREIGN_IDS):
+        existing = ctx.ledger.get(KIND, f"{nk}-{n}")
+        if existing is None:
+            return n, None
+        slots = attempts.budget_slots(ctx) if slots is None else slots
+        if attempts.slot_of_creation(slots, existing, cluster=cluster, node=node):
+            return n, existing
+    return 0, None
+
+
 def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Finding, info: dict[str, Any],
            paused: str | None, breaker_open: bool, policy: RemediationPolicy, fleet_clusters: int = 0,
            ladder: tuple[str, ...] | None = None) -> Handled:
@@ -348,12 +369,14 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         nd = decode(node_rec.data, NodeData) if node_rec else NodeData(cluster=cluster_id, node=name)
         if fault in nd.faults:
             return _duplicate(f"fault {fault[:12]} on {name} was already handled")
-        number = max(nd.count, len(nd.attempts)) + 1
+        number, existing = _next_attempt(ctx, nk, max(nd.count, len(nd.attempts)) + 1, cluster=cluster_id, node=name)
+        if number == 0:
+            return _duplicate(f"the next {_FOREIGN_IDS} attempt ids of {name} hold rows no admission made: an operator "
+                              "must look at the ledger", code=NODE_BUSY)
         rid = f"{nk}-{number}"
-        existing = ctx.ledger.get(KIND, rid)
         if existing is not None:
             # A host crashed (or is) between creating the record and updating the node record: repair it.
-            _note_attempt(ctx, node_rec, nd, existing)
+            attempts.note(ctx, node_rec, nd, existing)
             if existing.data.get("fault") == fault:
                 return _duplicate(f"remediation {rid} handles this fault")
             if existing.state in ACTIVE_STATES:
@@ -368,6 +391,9 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         in_pool = {s.node for s in slots.values() if s.cluster == cluster_id and s.pool == pool}
         # a surge node stands in for the broken node it replaces: not the team's capacity (pool_view)
         pool_size = len(listed) - pool_view.surge_stand_ins(ctx, slots, cluster=cluster_id, pool=pool, listed=listed)
+        holder = next((r for r, s in slots.items() if s.node == name and s.cluster.lower() == cluster_id.lower()), "")
+        if holder:  # the node's last attempt is not its only one that can be active (a reserve, a race)
+            return _duplicate(f"remediation {holder} is in progress on {name}", code=NODE_BUSY)
         in_cluster = sum(1 for s in slots.values() if s.cluster.lower() == cluster_id.lower())
         node_check = budget.node_admission(attempts=[a.at for a in nd.attempts],
                                            last_finished_at=last.updated_at if last is not None else None,
@@ -409,32 +435,12 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
             record = ctx.ledger.create(record)
         except Conflict:
             continue  # same attempt created by another host: the next pass sees it
-        _note_attempt(ctx, node_rec, nd, record)
+        attempts.note(ctx, node_rec, nd, record)
         metric(ctx, "time_to_admit_s", now - finding.since, condition=finding.condition)
         metric(ctx, "remediations_in_flight", len(slots))
         log.info("remediation %s admitted for %s/%s (%s)", rid, cluster_id, name, admission.reason)
         return Handled(Handling.ADMITTED, f"admitted: {rid}")
     raise Conflict("the admission record stayed contended; Event Grid will deliver again")
-
-
-def _note_attempt(ctx: Context, node_rec: Record | None, nd: NodeData, record: Record) -> None:
-    """Remember the attempt and its fault on the per-node record (best effort: ids already dedupe)."""
-    fault = str(record.data.get("fault") or "")
-    attempts = [a for a in nd.attempts if a.id != record.id]
-    attempts.append(Attempt(id=record.id, at=record.created_at, fault=fault))
-    faults = [f for f in nd.faults if f != fault] + [fault]
-    count = max(nd.count, int(record.data.get("attempt") or 0))
-    data = to_data(msgspec.structs.replace(nd, attempts=attempts[-20:], faults=faults[-20:], last_id=record.id,
-                                           count=count))
-    try:
-        if node_rec is None:
-            ctx.ledger.create(Record(kind=NODE_KIND, id=node_key(nd.cluster, nd.node), state="known", data=data,
-                                     created_at=record.created_at, updated_at=record.created_at))
-        else:
-            ctx.ledger.save(msgspec.structs.replace(node_rec, data={**node_rec.data, **data},
-                                                    updated_at=record.created_at))
-    except Conflict:
-        log.info("node record %s changed meanwhile; the next admission repairs it", nd.node)
 
 
 def _new_record(rid: str, *, node: NodeView, finding: health.Finding, info: Mapping[str, Any], attempt: int,

@@ -34,7 +34,7 @@ from shared.drain.runner import fetch_pdbs
 from shared.drain.settings import DrainSettings
 from shared.kernel.errors import Conflict
 from shared.kernel.ports import KubePort, NodeView, Record
-from shared.remediation import breaker, budget, health, pool_view
+from shared.remediation import attempts, breaker, budget, health, pool_view
 from shared.remediation.policy import RemediationPolicy
 from shared.remediation.records import (
     ACTIVE_STATES,
@@ -139,10 +139,7 @@ def was_admitted(ctx: Context, record: Record, d: RemediationData) -> bool:
     nd = decode(rec.data, NodeData) if rec is not None else None
     if nd is not None and any(a.id == record.id for a in nd.attempts):
         return True
-    budget_rec = ctx.ledger.get(BUDGET_KIND, BUDGET_ID)
-    slot = decode(budget_rec.data, BudgetData).slots.get(record.id) if budget_rec is not None else None
-    return (slot is not None and slot.node == d.node and slot.cluster.lower() == d.cluster.lower()
-            and abs(slot.at - record.created_at) < 1.0)
+    return attempts.slot_of_creation(attempts.budget_slots(ctx), record, cluster=d.cluster, node=d.node)
 
 
 def _live(ctx: Context, slots: dict[str, Slot], now: float) -> dict[str, Slot]:

@@ -24,7 +24,7 @@ from shared.kernel.errors import Forbidden, NotFound, StewardError
 from shared.kernel.ports import KubePort, NodeView, Record
 from shared.kernel.steps import Transition, move, settle, stay
 from shared.kernel.timefmt import iso
-from shared.remediation import fault_source, health, preconditions
+from shared.remediation import attempts, fault_source, health, preconditions
 from shared.remediation.admission import paused_reason, policy_of
 from shared.remediation.drain_step import cleared, drain_settings, step_draining, unconfirmed
 from shared.remediation.ladder import (
@@ -180,6 +180,7 @@ def give_up(record: Record, ctx: Context, *, reason: str) -> Record:
 def step_admitted(record: Record, ctx: Context, *, now: float, policy: RemediationPolicy) -> Transition:
     """Cordon the node (with our marker), unless the fault is gone or the platform is taking the node away."""
     d = load(record)
+    attempts.note_if_admitted(ctx, record, d)  # its admission's host may have died before noting it
     kube = ctx.access.kube(d.cluster)
     node = kube.get_node(d.node)
     if node is None:
