@@ -391,8 +391,11 @@ def _admit(ctx: Context, *, kube: KubePort, node: NodeView, finding: health.Find
         in_pool = {s.node for s in slots.values() if s.cluster == cluster_id and s.pool == pool}
         # a surge node stands in for the broken node it replaces: not the team's capacity (pool_view)
         pool_size = len(listed) - pool_view.surge_stand_ins(ctx, slots, cluster=cluster_id, pool=pool, listed=listed)
-        holder = next((r for r, s in slots.items() if s.node == name and s.cluster.lower() == cluster_id.lower()), "")
-        if holder:  # the node's last attempt is not its only one that can be active (a reserve, a race)
+        # The node's last attempt is not the only one that can be active (a slot reserve took for a row, a race);
+        # a slot of this very id without its row is this attempt's own, from an admission that died before the row.
+        holder = next((r for r, s in slots.items()
+                       if r != rid and s.node == name and s.cluster.lower() == cluster_id.lower()), "")
+        if holder:
             return _duplicate(f"remediation {holder} is in progress on {name}", code=NODE_BUSY)
         in_cluster = sum(1 for s in slots.values() if s.cluster.lower() == cluster_id.lower())
         node_check = budget.node_admission(attempts=[a.at for a in nd.attempts],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from shared.kernel.ports import Record
 from shared.remediation import admission
 from shared.remediation import steps as remediation_steps
@@ -88,7 +90,9 @@ def test_forged_rows_at_the_next_ids_use_up_none_of_the_nodes_attempts() -> None
 
 def test_a_forged_row_naming_the_coming_fault_does_not_make_it_handled() -> None:
     fleet = _fleet()
-    since = fleet.kube.nodes[NODE].condition(DEVICE_PLUGIN).last_transition  # type: ignore[union-attr]
+    cond = fleet.kube.nodes[NODE].condition(DEVICE_PLUGIN)
+    assert cond is not None and cond.last_transition is not None
+    since = cond.last_transition
     _forge(fleet, 1, fault=fault_id(CLUSTER, NODE, DEVICE_PLUGIN, since))
     assert fleet.handle(unhealthy_event(NODE, fleet=fleet)) == f"admitted: {NK}-2"
     assert _active(fleet) == [f"{NK}-2"]
@@ -140,3 +144,21 @@ def test_a_forged_done_restart_does_not_send_a_dcgm_fault_straight_to_replace() 
     assert handled.outcome == admission.Handling.ADMITTED, handled.detail
     [admitted] = [r for r in fleet.ledger.list(KIND) if r.state == State.ADMITTED]
     assert admitted.data["ladder"] == [Rung.RESTART, Rung.REPLACE]  # the first restart, not a repeat's replace
+
+
+def test_an_admission_that_died_after_taking_its_slot_and_before_its_row_is_admitted_again_at_once() -> None:
+    fleet = _fleet()
+    event = unhealthy_event(NODE, fleet=fleet)
+    real_create = fleet.ledger.create
+
+    def dies_at_the_row(record: Record) -> Record:
+        if record.kind == KIND:
+            raise RuntimeError("the host died")
+        return real_create(record)
+
+    fleet.ledger.create = dies_at_the_row  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        fleet.handle(event)
+    fleet.ledger.create = real_create  # type: ignore[method-assign]
+    assert fleet.ledger.get(KIND, f"{NK}-1") is None  # its slot is held, its row never written
+    assert fleet.handle(event) == f"admitted: {NK}-1"  # Event Grid's redelivery, seconds later
