@@ -83,15 +83,13 @@ def own(ctx: Context, cluster_id: str, node: str) -> Callable[[Record], bool]:
     admission took when it created it is still held (read once, on the first row that needs it)."""
     rec = ctx.ledger.get(NODE_KIND, node_key(cluster_id, node))
     listed = {a.id for a in decode(rec.data, NodeData).attempts} if rec is not None else set()
-    slots: dict[str, Slot] = {}
-    read = False
+    slots: dict[str, Slot] | None = None
 
     def mine(row: Record) -> bool:
-        nonlocal slots, read
+        nonlocal slots
         if row.id in listed:
             return True
-        if not read:
-            slots, read = budget_slots(ctx), True
+        slots = budget_slots(ctx) if slots is None else slots
         return slot_of_creation(slots, row, cluster=cluster_id, node=node)
 
     return mine

@@ -135,11 +135,7 @@ def was_admitted(ctx: Context, record: Record, d: RemediationData) -> bool:
     ``at`` is that step's time). Both are admission's own rows, in the same table, and neither is more than
     that: a row with neither is not ours.
     """
-    rec = ctx.ledger.get(NODE_KIND, node_key(d.cluster, d.node))
-    nd = decode(rec.data, NodeData) if rec is not None else None
-    if nd is not None and any(a.id == record.id for a in nd.attempts):
-        return True
-    return attempts.slot_of_creation(attempts.budget_slots(ctx), record, cluster=d.cluster, node=d.node)
+    return attempts.own(ctx, d.cluster, d.node)(record)
 
 
 def _live(ctx: Context, slots: dict[str, Slot], now: float) -> dict[str, Slot]:
