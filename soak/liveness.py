@@ -389,13 +389,23 @@ def _cured_by_a_repair(evidence: Evidence, fault: Fault, rec: Any, true_now: set
     node, at least as strong as the fault's drawn cure: sim/kube/nodes.py ``_repair``) came between the onset and
     the release of ``rec``, and the condition is not True on the node now. A remediation whose earlier rung cured
     this condition, and which found the node healthy before its next rung (another condition that failed the
-    verification had cleared meanwhile), is released, not done (soak seed 963316)."""
-    if fault.source != "npd" or fault.cure not in RUNGS:
+    verification had cleared meanwhile), is released, not done (soak seed 963316).
+
+    A DCGM XID, or an ECC storm on memory that is not failing, is cured by any reboot of its node: the reboot
+    reloads the driver and resets the last-XID gauge and the volatile counts (sim/prometheus/api.py ``reboot``;
+    sim/prometheus/dcgm.py's docstring), and only a failing memory errs again. Soak seed 966699: a restart for
+    XID 79, an NPD fault that struck during its verification sent the remediation on to the replace, and the
+    re-read before the replace found the XID gone and the node healthy: released, the XID repaired by the restart."""
+    if fault.source == "dcgm":
+        if not fault.what.startswith(("XID", "ECC storm")) or fault.what.endswith("(failing memory)"):
+            return False
+        cure = RUNGS[0]
+    elif fault.source != "npd" or fault.cure not in RUNGS or fault.what in true_now:
         return False
-    if fault.what in true_now:
-        return False
+    else:
+        cure = fault.cure
     return any((r.get("cluster"), r.get("node")) == (fault.cluster, fault.node) and r.get("rung") in RUNGS
-               and RUNGS.index(str(r["rung"])) >= RUNGS.index(fault.cure) and fault.at < float(r["t"]) <= rec.updated_at
+               and RUNGS.index(str(r["rung"])) >= RUNGS.index(cure) and fault.at < float(r["t"]) <= rec.updated_at
                for r in evidence.oracles.get("repairs") or [])
 
 

@@ -405,6 +405,32 @@ def test_the_same_xid_again_on_a_node_whose_gauge_still_shows_it_is_no_new_fault
     assert len(genuine_faults(other)) == 2
 
 
+@pytest.mark.parametrize(("fault", "repair", "at", "kind"), [
+    ({"kind": "dcgm-xid", "xid": 79}, "restart", ONSET + 60, ("repaired", "")),
+    ({"kind": "dcgm-xid", "xid": 79}, "reimage", ONSET + 60, ("repaired", "")),
+    ({"kind": "dcgm-ecc-storm", "persist": False}, "restart", ONSET + 60, ("repaired", "")),
+    ({"kind": "dcgm-ecc-storm", "persist": True}, "restart", ONSET + 60, ("handed-over", "none")),  # failing memory
+    ({"kind": "dcgm-xid", "xid": 79}, "restart", ONSET - 60, ("handed-over", "none")),  # a reboot before the onset
+    ({"kind": "dcgm-xid", "xid": 79}, "restart", ONSET + 400, ("handed-over", "none")),  # after the release
+    ({"kind": "dcgm-xid", "xid": 79}, None, None, ("handed-over", "none")),
+])
+def test_a_dcgm_fault_released_after_a_reboot_of_its_node_counts_as_repaired_by_it(
+        fault: dict[str, Any], repair: str | None, at: float | None, kind: tuple[str, str]) -> None:
+    """Seed 966699: a restart for XID 79; an NPD fault that struck during its verification sent the remediation on to
+    the replace, and the re-read before the replace found the XID gone and the node healthy: released. The reboot
+    reset the last-XID gauge (sim/prometheus/api.py ``reboot``): the restart repaired the XID, whatever the release's
+    note says; a failing memory errs again after every reboot, so its release is not a repair."""
+    action = {"cluster": "soak1", "pool": "gpu1", "node": "n2", "t": CLOCK_START + ONSET, "ok": True, **fault}
+    released = _rem("released", node="n2", reason="re-read before the replace: Xid79 no longer shows on n2 in every "
+                                                  "sample and copy of the last 90s, and the node is healthy; released, "
+                                                  "uncordoned if we cordoned it, no replace needed after the restart it did")
+    repairs = {"repairs": [{"t": CLOCK_START + at, "cluster": "soak1", "node": "n2", "rung": repair}] if repair else []}
+    nodes = [_node("n0"), _node("n1"), _node("n2")]
+    evidence = _evidence(scenario=_scenario(flips=[]), actions=[action], nodes=nodes, turned=[], oracles=repairs,
+                         records={"remediation": [released]})
+    assert _kind(evidence) == kind
+
+
 def test_a_repair_is_not_blamed_for_the_same_condition_failing_again_later() -> None:
     """Seed 950120: repaired at t+54, the same condition flipped True again at t+427 (a new fault, refused by the
     open breaker): the end state belongs to the later fault, not to the done repair."""
